@@ -1,0 +1,23 @@
+# Two entry points for a fresh machine: `make run` (the main job) and `make test`.
+# Both create the project's own virtual environment on first use.
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+.PHONY: setup run test bench
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/basin workload stats terminal-bench
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest
+
+bench: $(STAMP)
+	$(VENV)/bin/python -m bench

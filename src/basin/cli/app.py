@@ -1,0 +1,56 @@
+"""Entry point of the ``basin`` command: wires the sub-command modules."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from basin.errors import BasinInputError
+
+app = typer.Typer(
+    name="basin",
+    help="basin-serve: simulate, model and protect PD-disaggregated agent serving.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_err = Console(stderr=True)
+
+
+def _register() -> None:
+    from basin.cli import workload
+
+    app.add_typer(workload.app, name="workload")
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; bad input prints a one-paragraph error and exits with 2."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except BasinInputError as exc:
+        _err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        _err.print("interrupted")
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:  # click usage errors and the like
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(1)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""basin.experiments"""

@@ -1,0 +1,168 @@
+"""Sessions and calls: the records every part of basin-serve replays.
+
+An agent session is a chain of LLM calls separated by tool gaps. Each call
+resends the conversation so far (its *reused* prefix) plus a new suffix (the
+tool observation and wrapper text), then generates an output. The records are
+frozen and check their own invariants on construction, so a workload that
+loaded is a workload that is safe to simulate.
+
+Token accounting, per call k:
+
+* ``prompt_tokens``: the full prompt sent.
+* ``new_tokens``: the suffix that no earlier call of the session produced
+  (uncached by construction). ``prompt_tokens - new_tokens`` is the reused
+  prefix, which can be at most the previous call's prompt plus its output.
+* ``output_tokens``: tokens generated.
+* ``tool_gap_s``: time from this call's response to the next call's request
+  (zero on the last call).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+
+class RecordError(ValueError):
+    """A record breaks an invariant. ``field`` names the offending field.
+
+    Loaders catch it and re-raise a :class:`basin.errors.BasinInputError` that
+    adds the file and line or row.
+    """
+
+    def __init__(self, field_name: str, message: str, call_index: int | None = None):
+        self.field = field_name
+        self.call_index = call_index
+        self.message = message
+        where = f"call {call_index}, " if call_index is not None else ""
+        super().__init__(f"{where}field '{field_name}': {message}")
+
+
+def _check_count(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RecordError(name, f"expected a whole number of tokens, got {value!r}")
+    if value < 0:
+        raise RecordError(name, f"expected a non-negative token count, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One LLM call of a session (see the module docstring for the fields)."""
+
+    prompt_tokens: int
+    new_tokens: int
+    output_tokens: int
+    tool_gap_s: float = 0.0
+    #: Hashes of the prompt's fixed-size prefix blocks (the workload says how
+    #: many tokens a block holds); equal leading hashes mean a shared prefix.
+    block_hashes: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        _check_count("prompt_tokens", self.prompt_tokens)
+        _check_count("new_tokens", self.new_tokens)
+        _check_count("output_tokens", self.output_tokens)
+        if self.new_tokens > self.prompt_tokens:
+            raise RecordError(
+                "new_tokens",
+                f"new suffix ({self.new_tokens}) cannot exceed the prompt ({self.prompt_tokens})",
+            )
+        gap = self.tool_gap_s
+        if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not math.isfinite(gap) or gap < 0:
+            raise RecordError("tool_gap_s", f"expected a finite number of seconds >= 0, got {gap!r}")
+        if self.block_hashes is not None and not isinstance(self.block_hashes, tuple):
+            raise RecordError("block_hashes", "expected a tuple of integers")
+
+    @property
+    def reused_tokens(self) -> int:
+        """Prompt tokens repeated from earlier in the session."""
+        return self.prompt_tokens - self.new_tokens
+
+    @property
+    def context_tokens(self) -> int:
+        """Context after this call: its prompt plus its output."""
+        return self.prompt_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """An agent session: its calls in order, optional task text and tags."""
+
+    session_id: str
+    calls: tuple[Call, ...]
+    task_text: str | None = None
+    tags: tuple[str, ...] = ()
+    #: Leading tokens of call 0 shared with every session of ``prefix_group``
+    #: (a common system prompt); they are cached once for the whole group.
+    shared_prefix_tokens: int = 0
+    prefix_group: str | None = None
+    #: Free-form origin (source table, model) kept for reports.
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.session_id, str) or not self.session_id:
+            raise RecordError("session_id", "expected a non-empty string")
+        if not isinstance(self.calls, tuple) or not self.calls:
+            raise RecordError("calls", "a session needs at least one call")
+        _check_count("shared_prefix_tokens", self.shared_prefix_tokens)
+        if self.shared_prefix_tokens > self.calls[0].prompt_tokens:
+            raise RecordError(
+                "shared_prefix_tokens",
+                f"shared prefix ({self.shared_prefix_tokens}) is longer than the first prompt "
+                f"({self.calls[0].prompt_tokens})",
+            )
+        prev: Call | None = None
+        for k, call in enumerate(self.calls):
+            if not isinstance(call, Call):
+                raise RecordError("calls", f"expected Call records, got {type(call).__name__}", k)
+            if prev is not None and call.reused_tokens > prev.context_tokens:
+                raise RecordError(
+                    "new_tokens",
+                    f"the reused prefix (prompt {call.prompt_tokens} - new {call.new_tokens} = "
+                    f"{call.reused_tokens}) exceeds the previous call's prompt plus output "
+                    f"({prev.context_tokens}); raise new_tokens to at least "
+                    f"{call.prompt_tokens - prev.context_tokens}",
+                    k,
+                )
+            prev = call
+
+    @property
+    def n_calls(self) -> int:
+        return len(self.calls)
+
+    @property
+    def first_prompt_tokens(self) -> int:
+        return self.calls[0].prompt_tokens
+
+    @property
+    def peak_context_tokens(self) -> int:
+        """Largest context the session reaches (prompt plus output of a call)."""
+        return max(c.context_tokens for c in self.calls)
+
+    def with_tags(self, *tags: str) -> Session:
+        return replace(self, tags=tuple(dict.fromkeys(self.tags + tags)))
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A named set of sessions, the unit every command takes."""
+
+    name: str
+    sessions: tuple[Session, ...]
+    #: Tokens per block hash, when calls carry ``block_hashes``.
+    block_tokens: int | None = None
+    description: str = ""
+    #: Where the sessions came from (file path or preset), kept for reports.
+    origin: str = ""
+    extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if not self.sessions:
+            raise RecordError("sessions", f"workload '{self.name}' has no sessions")
+        if self.block_tokens is not None:
+            _check_count("block_tokens", self.block_tokens)
+            if self.block_tokens == 0:
+                raise RecordError("block_tokens", "expected a positive block size")
+
+    @property
+    def n_calls(self) -> int:
+        return sum(len(s.calls) for s in self.sessions)
