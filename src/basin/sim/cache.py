@@ -1,0 +1,490 @@
+"""The prefix cache of one prefill instance: a page-granular radix tree with
+least-recently-used eviction of unlocked leaves, in SGLang's manner, plus an
+optional inclusive host tier (HiCache write-through) and an optional limit on
+recurrent-state slots (hybrid models).
+
+Token content is never materialised. A prompt is a *key*: a tuple of pieces
+``(chunk_id, n_tokens)``, where a chunk is a run of tokens with one identity
+(a session's call suffix, a shared system prompt, a trace's 512-token block).
+Two keys share a prefix exactly where their leading pieces share chunk ids.
+A tree node holds the token range ``[start, start + length)`` of one chunk.
+
+LRU bookkeeping is lazy: a match stamps only the deepest matched node and the
+deepest device-resident one (every eviction candidate on that path is one of
+the two), and a node that becomes a candidate inherits its removed child's
+stamp. Candidates sit in heaps with stale entries skipped on pop, so a match
+costs O(path) and an eviction O(log n).
+
+Invariants (checked by :meth:`RadixCache.check`, pinned by tests):
+
+* CAP-DEVICE: device tokens (cached nodes plus in-flight allocations) never
+  exceed ``device_tokens``; CAP-HOST likewise for the host tier.
+* LOCKED-KEPT: a node with ``lock_ref > 0`` is never evicted from any tier.
+* INCLUSIVE: with a host tier under write-through, a device node that could
+  be backed up is backed up (host space permitting).
+* TREE: every node's ancestors are in the tree; a device node's ancestors
+  are device-resident.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Hashable, Iterator, Sequence
+
+Key = Sequence[tuple[Hashable, int]]
+
+
+class _Node:
+    __slots__ = (
+        "chunk", "start", "length", "parent", "children", "on_device", "on_host",
+        "lock_ref", "last_access", "has_state", "state_lock",
+    )
+
+    def __init__(self, chunk: Hashable, start: int, length: int, parent: _Node | None):
+        self.chunk = chunk
+        self.start = start
+        self.length = length
+        self.parent = parent
+        self.children: dict[tuple[Hashable, int], _Node] = {}
+        self.on_device = True
+        self.on_host = False
+        self.lock_ref = 0
+        self.last_access = 0.0
+        self.has_state = False
+        self.state_lock = 0
+
+    def device_children(self) -> bool:
+        for child in self.children.values():
+            if child.on_device:
+                return True
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class MatchResult:
+    """How much of a key the cache holds, by tier.
+
+    ``device_tokens`` are usable as they are; ``host_tokens`` follow them and
+    must be loaded back before use. Handles are opaque to callers.
+    """
+
+    device_tokens: int
+    host_tokens: int
+    device_node: _Node
+    last_node: _Node
+
+    @property
+    def total_tokens(self) -> int:
+        return self.device_tokens + self.host_tokens
+
+
+@dataclass(slots=True)
+class TierStats:
+    """Running counters a run reports per tier."""
+
+    matched_device_tokens: int = 0
+    matched_host_tokens: int = 0
+    loaded_tokens: int = 0
+    queried_tokens: int = 0
+    evicted_device_tokens: int = 0
+    evicted_host_tokens: int = 0
+    inserted_tokens: int = 0
+
+
+class CacheFullError(RuntimeError):
+    """An allocation could not be met even after evicting every unlocked block."""
+
+
+class RadixCache:
+    """Radix prefix cache with a device tier and an optional inclusive host tier.
+
+    ``device_tokens``: device pool size (cached blocks and in-flight prefill
+    KV share it). ``host_tokens``: host tier size, 0 for GPU-only.
+    ``page_tokens``: page size; keys are cut to whole pages before matching
+    and inserting. ``state_slots``: recurrent-state slots for hybrid models
+    (``None``: unlimited); a cached prefix is only reusable up to the deepest
+    node that still holds a state. ``load_threshold_tokens``: host hits
+    shorter than this are recomputed rather than loaded.
+    """
+
+    def __init__(
+        self,
+        device_tokens: int,
+        host_tokens: int = 0,
+        page_tokens: int = 64,
+        state_slots: int | None = None,
+        load_threshold_tokens: int = 10,
+    ):
+        if device_tokens <= 0:
+            raise ValueError("device_tokens must be positive")
+        if page_tokens <= 0:
+            raise ValueError("page_tokens must be positive")
+        self.device_capacity = int(device_tokens)
+        self.host_capacity = int(host_tokens)
+        self.page = int(page_tokens)
+        self.state_slots = state_slots
+        self.load_threshold = load_threshold_tokens
+        self.root = _Node(None, 0, 0, None)
+        self.root.on_host = True
+        self.root.has_state = True
+        self.device_used = 0  # tokens in tree nodes on device
+        self.host_used = 0
+        self.inflight = 0  # tokens allocated to running prefills, not yet in the tree
+        self.states_used = 0
+        self.stats = TierStats()
+        self._seq = 0
+        self._dev_heap: list[tuple[float, int, _Node]] = []
+        self._host_heap: list[tuple[float, int, _Node]] = []
+        self._state_heap: list[tuple[float, int, _Node]] = []
+
+    # ------------------------------------------------------------------ info
+    @property
+    def device_free(self) -> int:
+        return self.device_capacity - self.device_used - self.inflight
+
+    @property
+    def cached_device_tokens(self) -> int:
+        return self.device_used
+
+    def page_align(self, n_tokens: int) -> int:
+        return n_tokens - n_tokens % self.page
+
+    # ----------------------------------------------------------------- match
+    def match(self, key: Key, now: float) -> MatchResult:
+        """Longest cached prefix of ``key``, by tier.
+
+        Only whole pages are matched (the query is cut to a page multiple);
+        where two keys diverge inside a page the match stops at the
+        divergence. Stamps the path's eviction candidates with ``now`` and
+        splits a node when the match ends inside it, as a radix tree does.
+        """
+        total = self._key_tokens(key)
+        limit = total - total % self.page
+        node = self.root
+        matched = 0
+        device_node, device_matched = node, 0
+        state_node, state_matched = node, 0
+        for chunk, n in key:
+            n = min(n, limit - matched)
+            if n <= 0:
+                break
+            offset = 0
+            while offset < n:
+                child = node.children.get((chunk, offset))
+                if child is None:
+                    break
+                if n - offset < child.length:
+                    child = self._split(child, n - offset)
+                node = child
+                offset += child.length
+                matched += child.length
+                if child.on_device:
+                    device_node, device_matched = child, matched
+                if child.has_state:
+                    state_node, state_matched = child, matched
+            if offset < n:
+                break
+        if self.state_slots is not None and state_matched < matched:
+            # A hybrid model resumes only from a node that kept its recurrent
+            # state; tokens past it are recomputed.
+            node, matched = state_node, state_matched
+            if device_matched > matched:
+                device_node, device_matched = node, matched
+        if matched % self.page:
+            # The keys diverged inside a page: only whole pages are reusable.
+            target = matched - matched % self.page
+            while matched - node.length >= target:
+                matched -= node.length
+                node = node.parent  # type: ignore[assignment]
+            if matched > target:
+                node = self._split(node, node.length - (matched - target))
+                matched = target
+            if device_matched > matched:
+                device_node, device_matched = node, matched
+        host_matched = matched - device_matched
+        if 0 < host_matched < self.load_threshold:
+            node, host_matched = device_node, 0
+        node.last_access = now
+        self._push_candidate(node)
+        if device_node is not node:
+            device_node.last_access = now
+            self._push_candidate(device_node)
+        st = self.stats
+        st.queried_tokens += total
+        st.matched_device_tokens += device_matched
+        st.matched_host_tokens += host_matched
+        return MatchResult(device_matched, host_matched, device_node, node)
+
+    def _split(self, node: _Node, head_len: int) -> _Node:
+        """Split ``node`` so that its first ``head_len`` tokens form a parent."""
+        parent = node.parent
+        assert parent is not None
+        head = _Node(node.chunk, node.start, head_len, parent)
+        head.on_device = node.on_device
+        head.on_host = node.on_host
+        head.lock_ref = node.lock_ref
+        head.last_access = node.last_access
+        del parent.children[(node.chunk, node.start)]
+        parent.children[(head.chunk, head.start)] = head
+        node.start += head_len
+        node.length -= head_len
+        node.parent = head
+        head.children[(node.chunk, node.start)] = node
+        return head
+
+    # ------------------------------------------------------------- locking
+    def lock(self, m: MatchResult) -> None:
+        """Protect a matched path from eviction while its request runs."""
+        m.last_node.lock_ref += 1
+        m.device_node.lock_ref += 1
+
+    def unlock(self, m: MatchResult) -> None:
+        for node in (m.last_node, m.device_node):
+            node.lock_ref -= 1
+            assert node.lock_ref >= 0, "unbalanced unlock"
+            self._push_candidate(node)
+
+    # ------------------------------------------------------------ allocation
+    def allocate(self, n_tokens: int, now: float) -> bool:
+        """Reserve device space for a prefill's new KV; evicts LRU blocks.
+
+        Returns False (allocating nothing) when even full eviction of unlocked
+        blocks cannot make room.
+        """
+        if n_tokens <= 0:
+            return True
+        if self.device_free < n_tokens:
+            self._evict_device(n_tokens - self.device_free)
+            if self.device_free < n_tokens:
+                return False
+        self.inflight += n_tokens
+        return True
+
+    def release(self, n_tokens: int) -> None:
+        """Give back an in-flight allocation (e.g. the unaligned tail)."""
+        self.inflight -= n_tokens
+        assert self.inflight >= 0
+
+    def load_back(self, m: MatchResult, now: float) -> int:
+        """Bring the host part of a match onto the device, all or nothing.
+
+        Returns the tokens loaded (0 when space could not be found; the caller
+        then recomputes them). The caller holds a lock on ``m``.
+        """
+        need = m.host_tokens
+        if need <= 0:
+            return 0
+        if self.device_free < need:
+            self._evict_device(need - self.device_free)
+            if self.device_free < need:
+                return 0
+        node = m.last_node
+        chain: list[_Node] = []
+        while node is not m.device_node:
+            if node.on_device:
+                break
+            chain.append(node)
+            node = node.parent  # type: ignore[assignment]
+        loaded = 0
+        for node in chain:
+            node.on_device = True
+            loaded += node.length
+        self.device_used += loaded
+        self.stats.loaded_tokens += loaded
+        # The device frontier moved down: the old device node is no longer a leaf.
+        return loaded
+
+    # --------------------------------------------------------------- insert
+    def insert(self, key: Key, now: float, allocated_tokens: int) -> None:
+        """Cache a finished prefill's prompt (page-aligned).
+
+        ``allocated_tokens`` is the in-flight allocation made for it: it turns
+        into cached blocks where the key was not cached yet, and the rest
+        (duplicates and the unaligned tail) is freed.
+        """
+        limit = self.page_align(self._key_tokens(key))
+        node = self.root
+        pos = 0
+        new_device = 0
+        for chunk, n in key:
+            if pos >= limit:
+                break
+            n = min(n, limit - pos)
+            offset = 0
+            while offset < n:
+                child = node.children.get((chunk, offset))
+                take = n - offset
+                if child is None:
+                    child = _Node(chunk, offset, take, node)
+                    node.children[(chunk, offset)] = child
+                    new_device += take
+                    self.stats.inserted_tokens += take
+                elif take < child.length:
+                    child = self._split(child, take)
+                if not child.on_device:
+                    child.on_device = True
+                    new_device += child.length
+                offset += child.length
+                pos += child.length
+                node = child
+        # Convert the allocation into cached blocks.
+        self.inflight -= allocated_tokens
+        assert self.inflight >= 0, "insert released more than was allocated"
+        self.device_used += new_device
+        if self.device_used + self.inflight > self.device_capacity:
+            node.lock_ref += 1
+            self._evict_device(self.device_used + self.inflight - self.device_capacity)
+            node.lock_ref -= 1
+        node.last_access = now
+        if self.host_capacity:
+            self._write_through(node)
+        if self.state_slots is not None and not node.has_state:
+            self._take_state(node, now)
+        self._push_candidate(node)
+
+    def _write_through(self, node: _Node) -> None:
+        """Back up a newly cached path on the host (HiCache write-through)."""
+        path: list[_Node] = []
+        while node is not self.root and not node.on_host:
+            path.append(node)
+            node = node.parent  # type: ignore[assignment]
+        need = sum(n.length for n in path)
+        if need == 0:
+            return
+        free = self.host_capacity - self.host_used
+        if free < need:
+            self._evict_host(need - free)
+            free = self.host_capacity - self.host_used
+        # Back up from the root down while space lasts (a child without its
+        # parent on the host would be unreachable after device eviction).
+        for n in reversed(path):
+            if n.length > free:
+                break
+            n.on_host = True
+            self.host_used += n.length
+            free -= n.length
+
+    def _take_state(self, node: _Node, now: float) -> None:
+        assert self.state_slots is not None
+        if self.states_used >= self.state_slots:
+            self._evict_states(self.states_used - self.state_slots + 1)
+        if self.states_used < self.state_slots:
+            node.has_state = True
+            self.states_used += 1
+            self._seq += 1
+            heapq.heappush(self._state_heap, (now, self._seq, node))
+
+    # ------------------------------------------------------------- eviction
+    def _push_candidate(self, node: _Node) -> None:
+        if node is self.root or node.lock_ref:
+            return
+        self._seq += 1
+        if node.on_device and not node.device_children():
+            heapq.heappush(self._dev_heap, (node.last_access, self._seq, node))
+        elif not node.on_device and not node.children:
+            heapq.heappush(self._host_heap, (node.last_access, self._seq, node))
+
+    def _evict_device(self, n_tokens: int) -> int:
+        freed = 0
+        heap = self._dev_heap
+        while freed < n_tokens and heap:
+            stamp, _, node = heapq.heappop(heap)
+            if (node.parent is None or not node.on_device or node.lock_ref
+                    or stamp != node.last_access or node.device_children()):
+                continue
+            freed += node.length
+            self.device_used -= node.length
+            self.stats.evicted_device_tokens += node.length
+            node.on_device = False
+            parent = node.parent
+            if not node.on_host:
+                self._remove_subtree(node)
+            else:
+                self._push_candidate(node)
+            if parent.last_access < stamp:
+                parent.last_access = stamp
+            self._push_candidate(parent)
+        return freed
+
+    def _evict_host(self, n_tokens: int) -> int:
+        freed = 0
+        heap = self._host_heap
+        while freed < n_tokens and heap:
+            stamp, _, node = heapq.heappop(heap)
+            if (node.parent is None or node.on_device or node.children or node.lock_ref
+                    or stamp != node.last_access):
+                continue
+            freed += node.length
+            parent = node.parent
+            self._remove_subtree(node)
+            self.stats.evicted_host_tokens += node.length
+            if parent.last_access < stamp:
+                parent.last_access = stamp
+            self._push_candidate(parent)
+        return freed
+
+    def _evict_states(self, n_slots: int) -> None:
+        freed = 0
+        heap = self._state_heap
+        while freed < n_slots and heap:
+            _, _, node = heapq.heappop(heap)
+            if not node.has_state or node.parent is None or node.lock_ref:
+                continue
+            node.has_state = False
+            self.states_used -= 1
+            freed += 1
+
+    def _remove_subtree(self, node: _Node) -> None:
+        """Drop a node (and any host-only descendants) from the tree."""
+        parent = node.parent
+        assert parent is not None
+        del parent.children[(node.chunk, node.start)]
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if n.on_host:
+                self.host_used -= n.length
+                n.on_host = False
+            if n.on_device:
+                self.device_used -= n.length
+                n.on_device = False
+            if n.has_state:
+                n.has_state = False
+                self.states_used -= 1
+            n.parent = None
+            stack.extend(n.children.values())
+            n.children = {}
+
+    @staticmethod
+    def _key_tokens(key: Key) -> int:
+        return sum(n for _, n in key)
+
+    # -------------------------------------------------------------- checks
+    def nodes(self) -> Iterator[_Node]:
+        stack = list(self.root.children.values())
+        while stack:
+            n = stack.pop()
+            yield n
+            stack.extend(n.children.values())
+
+    def check(self) -> None:
+        """Verify the invariants named in the module docstring."""
+        dev = host = states = 0
+        for n in self.nodes():
+            assert n.parent is not None and n.parent.children.get((n.chunk, n.start)) is n, "TREE"
+            if n.on_device:
+                dev += n.length
+                assert n.parent is self.root or n.parent.on_device, "TREE: device node under evicted parent"
+            if n.on_host:
+                host += n.length
+            assert n.on_device or n.on_host, "TREE: node in no tier"
+            assert n.lock_ref >= 0
+            if n.has_state:
+                states += 1
+        assert dev == self.device_used, f"device accounting {dev} != {self.device_used}"
+        assert host == self.host_used, f"host accounting {host} != {self.host_used}"
+        assert self.device_used + self.inflight <= self.device_capacity, "CAP-DEVICE"
+        assert self.host_used <= max(self.host_capacity, 0), "CAP-HOST"
+        if self.state_slots is not None:
+            assert states == self.states_used <= self.state_slots, "state slots"
