@@ -21,9 +21,11 @@ _err = Console(stderr=True)
 
 
 def _register() -> None:
-    from basin.cli import workload
+    from basin.cli import cache, run, workload
 
     app.add_typer(workload.app, name="workload")
+    app.add_typer(cache.app, name="cache")
+    app.command("run")(run.run)
 
 
 _register()

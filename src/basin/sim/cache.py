@@ -216,6 +216,25 @@ class RadixCache:
         st.matched_host_tokens += host_matched
         return MatchResult(device_matched, host_matched, device_node, node)
 
+    def peek(self, key: Key) -> int:
+        """Cached tokens (any tier) of ``key``'s prefix, without side effects
+        (routers compare instances with it)."""
+        node = self.root
+        matched = 0
+        for chunk, n in key:
+            offset = 0
+            while offset < n:
+                child = node.children.get((chunk, offset))
+                if child is None:
+                    return matched
+                step = min(child.length, n - offset)
+                matched += step
+                if step < child.length:
+                    return matched
+                offset += step
+                node = child
+        return matched
+
     def _split(self, node: _Node, head_len: int) -> _Node:
         """Split ``node`` so that its first ``head_len`` tokens form a parent."""
         parent = node.parent

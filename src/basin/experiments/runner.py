@@ -1,0 +1,105 @@
+"""Turning a scenario into a simulator run and its summary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from basin.errors import BasinInputError
+from basin.experiments.scenario import Scenario, WorkloadSpec
+from basin.metrics.summary import RunSummary, summarize_run
+from basin.policy.registry import make_policy
+from basin.sim.config import Deployment, load_deployment, load_hardware
+from basin.sim.engine import Intervention, RunResult, SimConfig, Simulator
+from basin.workload.arrivals import PoissonSchedule, RateChange, Surge, draw_arrivals
+from basin.workload.presets import resolve_workload
+from basin.workload.records import Workload
+from basin.workload.transforms import scale_workload
+
+
+@dataclass
+class ScenarioRun:
+    scenario: Scenario
+    system: str
+    result: RunResult
+    summary: RunSummary
+
+
+def build_workload(spec: WorkloadSpec, seed: int) -> Workload:
+    workload = resolve_workload(spec.name, seed=seed, n_sessions=spec.sessions)
+    if (spec.tool_time, spec.output, spec.prompt) != (1.0, 1.0, 1.0):
+        workload = scale_workload(workload, tool_time=spec.tool_time, output=spec.output, prompt=spec.prompt)
+    return workload
+
+
+def deployment_for(scenario: Scenario) -> Deployment:
+    dep = load_deployment(scenario.deployment)
+    if scenario.host_ratio is not None:
+        dep = dep.model_copy(update={"host_ratio": scenario.host_ratio})
+    return dep
+
+
+def base_rate_per_min(scenario: Scenario, dep: Deployment) -> float:
+    arr = scenario.arrivals
+    if arr.base_per_min is not None:
+        return arr.base_per_min
+    if dep.critical_rate_per_min is None:
+        raise BasinInputError(
+            f"scenario '{scenario.name}': field 'arrivals.base_fraction_of_critical' needs the "
+            f"deployment '{dep.name}' to have critical_rate_per_min; set it in the deployment "
+            f"file or give arrivals.base_per_min"
+        )
+    return arr.base_fraction_of_critical * dep.critical_rate_per_min  # type: ignore[operator]
+
+
+def schedule_for(scenario: Scenario, base: float) -> PoissonSchedule:
+    surges = []
+    s = scenario.surge
+    if s.factor != 1.0 and s.end_min > s.start_min:
+        surges.append(Surge(start_min=s.start_min, end_min=s.end_min, factor=s.factor))
+    changes = [RateChange(at_min=c.at_min, per_min=c.per_min) for c in scenario.arrivals.rate_changes]
+    return PoissonSchedule(base_per_min=base, surges=surges, rate_changes=changes)
+
+
+def run_scenario(scenario: Scenario, system: str | None = None,
+                 progress: Callable[[float], None] | None = None) -> ScenarioRun:
+    system = system or scenario.policy
+    params = scenario.policy_params if system == scenario.policy else {}
+    policy = make_policy(system, **params)
+    dep = deployment_for(scenario)
+    hardware = load_hardware(dep.hardware)
+    workload = build_workload(scenario.workload, scenario.seed)
+    burst = scenario.arrivals.burst_workload
+    burst_workload = build_workload(burst, scenario.seed + 1) if burst is not None else None
+    duration_s = scenario.duration_min * 60.0
+    arrivals = draw_arrivals(
+        workload, schedule_for(scenario, base_rate_per_min(scenario, dep)), duration_s,
+        seed=scenario.seed, warm_sessions=scenario.arrivals.warm_sessions, burst_workload=burst_workload,
+    )
+    interventions = []
+    for iv in scenario.interventions:
+        if iv.terminate_tag is not None:
+            interventions.append(Intervention(iv.at_min * 60.0, "terminate-tag", tag=iv.terminate_tag))
+        else:
+            interventions.append(Intervention(iv.at_min * 60.0, "switch-policy",
+                                              policy=make_policy(iv.switch_policy or "")))
+    config = SimConfig(
+        hardware=hardware,
+        deployment=dep,
+        arrivals=arrivals,
+        duration_s=duration_s,
+        block_tokens=workload.block_tokens,
+        interventions=interventions,
+        reserve_at_prefill_completion=scenario.engine.reserve_at_prefill_completion,
+    )
+    result = Simulator(config, policy).run(progress)
+    trigger = scenario.trigger_min
+    summary = summarize_run(
+        result.calls, result.sessions, result.timeseries,
+        system=system,
+        trigger_s=trigger * 60.0 if trigger is not None else None,
+        duration_s=duration_s,
+        measure_end_s=scenario.measure_end_min * 60.0,
+        itl_slo_s=hardware.itl_slo_s,
+    )
+    return ScenarioRun(scenario, system, result, summary)

@@ -1,0 +1,130 @@
+"""The decision interface between a driver (the simulator or the gateway) and a
+control policy.
+
+A policy is a pure decision object: it is handed signals and events and
+answers with decisions. It never reads a clock, a socket or the engine's
+internals; time arrives as ``now_s`` in what it is handed. The same policy
+object therefore runs under the simulator and under the real gateway.
+
+Events in: a session arrived (its first call is ready), a call finished, a
+session finished, and a periodic control tick with the current signals.
+Decisions out: admit / park / shed a new session; which parked sessions to
+release or shed; whether both engine queues are ordered by the policy's
+session priority; whether decode memory is lent as cache; which admitted
+sessions to pause or resume at their next turn boundary; how long to pin a
+session's cached prefix after a call (TTL); when to tick next. Engine
+mechanisms a policy needs (reservation at prefill completion, lending) are
+declared up front in :class:`EngineNeeds`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import ClassVar, Sequence
+
+
+class Admission(enum.Enum):
+    ADMIT = "admit"
+    PARK = "park"
+    SHED = "shed"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """What is visible of a session when its first call arrives."""
+
+    uid: int
+    session_id: str
+    tag: str
+    arrival_s: float
+    first_prompt_tokens: int
+    task_text: str | None = None
+    #: The session's true peak context. Only oracle ablations may read it;
+    #: the gateway never knows it (None there).
+    oracle_peak_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """Engine and gateway state at a decision point.
+
+    Token quantities are totals over the deployment. ``hit_rate`` is the
+    prefix hit rate of recent calls (NaN when none finished recently).
+    ``stale_s`` is the age of the engine-side figures (0 in simulation; the
+    gateway reports its scrape age, and a policy should act safely when it
+    grows).
+    """
+
+    now_s: float
+    active_sessions: int
+    parked_sessions: int
+    working_set_tokens: int
+    mean_context_tokens: float
+    hit_rate: float
+    prefill_queue_requests: int
+    prefill_backlog_tokens: int
+    decode_wait_requests: int
+    decode_used_fraction: float
+    arrival_rate_per_min: float
+    gpu_cache_tokens: int
+    host_cache_tokens: int
+    lent_cache_tokens: int
+    decode_kv_tokens: int
+    stale_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ControlDecision:
+    """What a control tick changes. Empty fields leave things as they are."""
+
+    release: tuple[int, ...] = ()
+    shed: tuple[int, ...] = ()
+    pause: tuple[int, ...] = ()
+    resume: tuple[int, ...] = ()
+    order_by_priority: bool = False
+    lend_decode_memory: bool = False
+    next_tick_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineNeeds:
+    """Engine mechanisms a policy relies on; the driver enables them."""
+
+    reserve_decode_at_prefill_completion: bool = False
+    decode_memory_lending: bool = False
+    decode_runs_prefill: bool = False
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+class Policy:
+    """Base class: admit everything, order nothing, pin nothing.
+
+    Subclasses override what they decide. ``name`` is the registry name.
+    """
+
+    name: ClassVar[str] = "base"
+    needs: ClassVar[EngineNeeds] = EngineNeeds()
+
+    def on_session_arrival(self, info: SessionInfo, signals: Signals) -> Admission:
+        return Admission.ADMIT
+
+    def on_call_finished(self, uid: int, context_tokens: int, last_call: bool, now_s: float) -> float:
+        """Returns seconds to pin the session's cached prefix (0: no pin)."""
+        return 0.0
+
+    def on_session_finished(self, uid: int, now_s: float) -> None:
+        return None
+
+    def attach(self, active: Sequence[SessionInfo], now_s: float) -> None:
+        """Take over sessions that were admitted before this policy was switched on."""
+        return None
+
+    def control(self, signals: Signals, parked: Sequence[int]) -> ControlDecision:
+        """Periodic tick. ``parked`` lists parked session uids in arrival order."""
+        return ControlDecision(next_tick_s=30.0)
+
+    def priority_key(self, uid: int) -> float | None:
+        """Fixed session priority for both engine queues (lower first);
+        None keeps arrival order for that session."""
+        return None

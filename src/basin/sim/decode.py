@@ -1,0 +1,257 @@
+"""A decode instance: KV reservations, the wait for decode memory, and a
+continuous batch advanced in closed form.
+
+Memory: a request reserves its prompt plus ``reserve_output_tokens`` (either
+before its prefill starts, SGLang's behaviour, or at prefill completion);
+past that reservation a running request grows by one token a step, and when
+the pool cannot hold the next step the youngest request is retracted to the
+wait queue (it resumes later, after a transfer charge, from where it was).
+
+Time: while the batch is unchanged, step ``i`` of an epoch costs
+``a + k (i - 1)`` with ``a = base + per_request B + per_token C0`` and
+``k = per_token B`` (context grows by B tokens a step), so ``m`` steps take
+``m a + k m (m - 1) / 2``. Events happen only at completions, joins (at the
+next step boundary), reservation crossings and memory exhaustion; ITL-SLO
+violations within an epoch are counted in closed form as well.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Callable
+
+from basin.sim.config import DecodeProfile
+from basin.sim.events import ENGINE, EventLoop
+from basin.sim.sessions import Request
+
+_INF = float("inf")
+
+
+class DecodeInstance:
+    def __init__(self, index: int, profile: DecodeProfile, itl_slo_s: float, transfer_s: float,
+                 loop: EventLoop, on_reserved: Callable[[Request], None],
+                 on_finished: Callable[[Request], None]):
+        self.index = index
+        self.profile = profile
+        self.itl_slo_s = itl_slo_s
+        self.transfer_s = transfer_s
+        self.loop = loop
+        self.on_reserved = on_reserved
+        self.on_finished = on_finished
+        self.capacity = profile.kv_tokens
+        self.reserve_out = profile.reserve_output_tokens
+        self.used = 0
+        self.reserved_idle = 0
+        self.wait: list[tuple[float, int, Request]] = []
+        self.ordered = False
+        # the running batch
+        self.batch: set[Request] = set()
+        self.ctx_sum = 0
+        self.epoch_t = 0.0
+        self.step = 0
+        self.cum_viol = 0
+        self.finish_heap: list[tuple[int, int, Request]] = []
+        self.cross_heap: list[tuple[int, int, Request]] = []
+        self.n_growing = 0
+        self.pending: list[Request] = []
+        self.gen = 0
+        self.wake_steps = 0
+        self.wake_t = _INF
+        self.steps_total = 0
+
+    # ------------------------------------------------------------ reservation
+    def _sort_key(self, req: Request) -> float:
+        if self.ordered:
+            return req.prio if req.prio is not None else 1e18 + req.seq
+        return float(req.seq)
+
+    def request_memory(self, req: Request) -> None:
+        req.decode = self
+        heapq.heappush(self.wait, (self._sort_key(req), req.seq, req))
+        self.admit_waiting()
+
+    def set_ordered(self, ordered: bool) -> None:
+        if ordered == self.ordered:
+            return
+        self.ordered = ordered
+        self.wait = [(self._sort_key(r), r.seq, r) for _, _, r in self.wait]
+        heapq.heapify(self.wait)
+
+    @property
+    def free_tokens(self) -> int:
+        return self.capacity - self.used
+
+    def admit_waiting(self) -> None:
+        """Reserve memory for the wait queue's head while it fits (in order)."""
+        wait = self.wait
+        while wait:
+            req = wait[0][2]
+            if req.cancelled:
+                heapq.heappop(wait)
+                continue
+            need = req.prompt + req.generated + self.reserve_out
+            if need > self.capacity - self.used:
+                break
+            heapq.heappop(wait)
+            self.used += need
+            req.reserved = need
+            self.reserved_idle += need
+            self.on_reserved(req)
+
+    def release_reservation(self, req: Request) -> None:
+        """A request that reserved memory but will never decode gives it back."""
+        if req.reserved:
+            self.used -= req.reserved
+            self.reserved_idle -= req.reserved
+            req.reserved = 0
+            self.admit_waiting()
+
+    # ----------------------------------------------------------------- batch
+    def _coeffs(self) -> tuple[float, float]:
+        p = self.profile
+        b = len(self.batch)
+        a = p.step_base_s + p.step_per_request_s * b + p.step_per_context_token_s * self.ctx_sum
+        return a, p.step_per_context_token_s * b
+
+    @staticmethod
+    def _span(a: float, k: float, m: int) -> float:
+        return m * a + k * m * (m - 1) / 2.0
+
+    def _steps_done(self, elapsed: float) -> int:
+        a, k = self._coeffs()
+        if k <= 0:
+            m = int(elapsed / a)
+        else:
+            h = a - k / 2.0
+            m = int((-h + math.sqrt(h * h + 2.0 * k * elapsed)) / k)
+        while m > 0 and self._span(a, k, m) > elapsed + 1e-12:
+            m -= 1
+        while self._span(a, k, m + 1) <= elapsed:
+            m += 1
+        return m
+
+    def join(self, req: Request) -> None:
+        """The request's KV arrived; it decodes from the next step boundary."""
+        now = self.loop.now
+        self.reserved_idle -= req.reserved
+        if not self.batch:
+            self.epoch_t = now
+            self._add(req)
+            self._schedule()
+            return
+        self.pending.append(req)
+        target = self._steps_done(now - self.epoch_t) + 1
+        if target < self.wake_steps:
+            self._set_wake(target)
+
+    def _add(self, req: Request) -> None:
+        req.join_step = self.step
+        req.viol_at_join = self.cum_viol
+        self.batch.add(req)
+        self.ctx_sum += req.prompt + 1 + req.generated
+        left = req.decode_steps - req.generated
+        heapq.heappush(self.finish_heap, (self.step + left, req.seq, req))
+        if left > self.reserve_out:
+            heapq.heappush(self.cross_heap, (self.step + self.reserve_out, req.seq, req))
+
+    def _set_wake(self, steps: int) -> None:
+        a, k = self._coeffs()
+        self.gen += 1
+        self.wake_steps = steps
+        self.wake_t = self.epoch_t + self._span(a, k, steps)
+        self.loop.at(self.wake_t, ENGINE, self._on_wake, self.gen)
+
+    def _schedule(self) -> None:
+        if not self.batch:
+            self.gen += 1
+            self.wake_steps = 0
+            self.wake_t = _INF
+            return
+        target = self.finish_heap[0][0] - self.step
+        if self.cross_heap:
+            target = min(target, self.cross_heap[0][0] - self.step)
+        if self.n_growing:
+            target = min(target, max(1, (self.capacity - self.used) // self.n_growing))
+        if self.pending:
+            target = 1
+        self._set_wake(max(target, 0))
+
+    def _on_wake(self, gen: int) -> None:
+        if gen != self.gen:
+            return
+        now = self.loop.now
+        m = self.wake_steps
+        if m > 0:
+            a, k = self._coeffs()
+            self._count_violations(a, k, m)
+            b = len(self.batch)
+            self.step += m
+            self.steps_total += m
+            self.ctx_sum += b * m
+            self.used += self.n_growing * m
+        self.epoch_t = now
+        finished: list[Request] = []
+        heap = self.finish_heap
+        while heap and heap[0][0] <= self.step:
+            _, _, req = heapq.heappop(heap)
+            if req in self.batch:
+                finished.append(req)
+                self._remove(req)
+        cross = self.cross_heap
+        while cross and cross[0][0] <= self.step:
+            _, _, req = heapq.heappop(cross)
+            if req in self.batch and not req.growing:
+                req.growing = True
+                self.n_growing += 1
+        while self.n_growing and self.capacity - self.used < self.n_growing:
+            self._retract_youngest()
+        cap = self.profile.max_running_requests
+        while self.pending and len(self.batch) < cap:
+            self._add(self.pending.pop(0))
+        for req in finished:
+            req.finished_s = now
+            req.session.decode_steps += req.decode_steps
+            self.on_finished(req)
+        if finished:
+            self.admit_waiting()
+        self._schedule()
+
+    def _count_violations(self, a: float, k: float, m: int) -> None:
+        slo = self.itl_slo_s
+        if a > slo:
+            self.cum_viol += m
+        elif k > 0:
+            first = int((slo - a) / k) + 2  # 1-based index of the first step above the SLO
+            if first <= m:
+                self.cum_viol += m - first + 1
+
+    def _remove(self, req: Request) -> None:
+        self.batch.discard(req)
+        ran = self.step - req.join_step
+        self.ctx_sum -= req.prompt + 1 + req.generated + ran
+        extra = max(0, ran - self.reserve_out)
+        self.used -= req.reserved + extra
+        if req.growing:
+            self.n_growing -= 1
+            req.growing = False
+        req.reserved = 0
+        violations = self.cum_viol - req.viol_at_join
+        req.itl_violations += violations
+        req.session.itl_violations += violations
+
+    def _retract_youngest(self) -> None:
+        victim = max(self.batch, key=lambda r: (r.join_step, r.seq))
+        ran = self.step - victim.join_step
+        self._remove(victim)
+        victim.generated += ran
+        victim.retractions += 1
+        heapq.heappush(self.wait, (self._sort_key(victim), victim.seq, victim))
+
+    @property
+    def decoding_tokens(self) -> int:
+        return self.used - self.reserved_idle
+
+    @property
+    def waiting(self) -> int:
+        return len(self.wait)

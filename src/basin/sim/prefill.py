@@ -1,0 +1,179 @@
+"""A prefill instance: its queue, chunked prefill steps and its prefix cache.
+
+Each forward step takes up to ``chunk_tokens`` of uncached work: requests
+already in progress continue first, then the queue's head (first-come or by
+the policy's session priority) is started while the budget lasts. Starting a
+request matches its prompt against the cache, locks the match, loads back
+host hits (overlapped with compute) and allocates pool space for the tokens
+it will compute; when the pool cannot be freed the head waits (head-of-line),
+as in SGLang. A step costs a fixed overhead plus each chunk's compute, which
+grows with the chunk's position in its prompt (full-attention layers).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable
+
+from basin.sim.cache import RadixCache
+from basin.sim.config import PrefillProfile
+from basin.sim.events import ENGINE, EventLoop
+from basin.sim.sessions import Request
+
+
+class PrefillInstance:
+    def __init__(self, index: int, profile: PrefillProfile, cache: RadixCache, loop: EventLoop,
+                 on_done: Callable[[Request], None]):
+        self.index = index
+        self.profile = profile
+        self.cache = cache
+        self.loop = loop
+        self.on_done = on_done
+        self.queue: list[tuple[float, int, Request]] = []
+        self.running: list[Request] = []
+        self.busy = False
+        self.ordered = False
+        self.queued_tokens = 0  # prompt tokens waiting (a load signal for routers)
+        self.uncached_done = 0  # cumulative computed tokens (a signal)
+
+    # ----------------------------------------------------------------- queue
+    def enqueue(self, req: Request) -> None:
+        req.prefill = self
+        heapq.heappush(self.queue, (self._sort_key(req), req.seq, req))
+        self.queued_tokens += req.prompt
+        if not self.busy:
+            self._start_step()
+
+    def _sort_key(self, req: Request) -> float:
+        # Ordered: by the session's fixed priority (sessions without one keep
+        # their arrival order behind prioritised ones); otherwise first-come.
+        if self.ordered:
+            return req.prio if req.prio is not None else 1e18 + req.seq
+        return float(req.seq)
+
+    def set_ordered(self, ordered: bool) -> None:
+        if ordered == self.ordered:
+            return
+        self.ordered = ordered
+        self.queue = [(self._sort_key(r), r.seq, r) for _, _, r in self.queue]
+        heapq.heapify(self.queue)
+
+    def remove(self, req: Request) -> bool:
+        """Drop a queued request (its session was terminated or shed)."""
+        for i, (_, _, r) in enumerate(self.queue):
+            if r is req:
+                self.queue[i] = self.queue[-1]
+                self.queue.pop()
+                heapq.heapify(self.queue)
+                self.queued_tokens -= req.prompt
+                return True
+        return False
+
+    def kick(self) -> None:
+        """Memory was freed: resume if the head was waiting for the pool."""
+        if not self.busy:
+            self._start_step()
+
+    # ----------------------------------------------------------------- steps
+    def _begin(self, req: Request, now: float) -> bool:
+        cache = self.cache
+        m = cache.match(req.key, now)
+        cache.lock(m)
+        loaded = cache.load_back(m, now) if m.host_tokens else 0
+        cached = m.device_tokens
+        uncached = req.prompt - cached - loaded
+        if uncached <= 0:
+            # A fully cached prompt still computes its last token.
+            uncached = 1
+            if loaded:
+                loaded -= 1
+            else:
+                cached -= 1
+        if not cache.allocate(uncached, now):
+            cache.unlock(m)
+            return False
+        req.match = m
+        req.cached = cached
+        req.loaded = loaded
+        req.uncached = uncached
+        req.alloc = uncached
+        req.remaining = uncached
+        req.position = cached + loaded
+        req.load_s = loaded / self.profile.load_tokens_per_s if loaded else 0.0
+        req.prefill_start_s = now
+        return True
+
+    def _start_step(self) -> None:
+        now = self.loop.now
+        budget = self.profile.chunk_tokens
+        cost = 0.0
+        load_s = 0.0
+        plan: list[tuple[Request, int]] = []
+        for req in self.running:
+            take = min(req.remaining, budget)
+            if take <= 0:
+                break
+            plan.append((req, take))
+            budget -= take
+        while budget > 0 and self.queue:
+            req = self.queue[0][2]
+            if not self._begin(req, now):
+                break
+            heapq.heappop(self.queue)
+            self.queued_tokens -= req.prompt
+            self.running.append(req)
+            take = min(req.remaining, budget)
+            plan.append((req, take))
+            budget -= take
+            if req.load_s > load_s:
+                load_s = req.load_s
+        if not plan:
+            self.busy = False
+            return
+        tokens_cost = self.profile.tokens_cost_s
+        for req, take in plan:
+            cost += tokens_cost(take, req.position)
+        step_s = self.profile.step_overhead_s + max(cost, load_s)
+        self.busy = True
+        self.loop.at(now + step_s, ENGINE, self._end_step, plan)
+
+    def _end_step(self, plan: list[tuple[Request, int]]) -> None:
+        now = self.loop.now
+        finished = []
+        for req, take in plan:
+            req.remaining -= take
+            req.position += take
+            self.uncached_done += take
+            if req.remaining <= 0:
+                finished.append(req)
+        if finished:
+            self.running = [r for r in self.running if r.remaining > 0]
+            for req in finished:
+                req.prefill_end_s = now
+                self.on_done(req)
+        self._start_step()
+
+    # --------------------------------------------------------------- release
+    def release(self, req: Request, now: float) -> None:
+        """The request's KV left for decode: cache its prompt, drop the lock."""
+        m = req.match
+        if m is None:
+            return
+        self.cache.insert(req.key, now, req.alloc)
+        self.cache.unlock(m)
+        req.match = None
+        req.alloc = 0
+        self.kick()
+
+    def abandon(self, req: Request) -> None:
+        """Give back what a cancelled request held without caching it."""
+        if req.match is not None:
+            self.cache.release(req.alloc)
+            self.cache.unlock(req.match)
+            req.match = None
+            req.alloc = 0
+            self.kick()
+
+    @property
+    def backlog_tokens(self) -> int:
+        return self.queued_tokens + sum(r.remaining for r in self.running)

@@ -1,0 +1,146 @@
+"""Run records: one row per finished call, per session, per simulated minute.
+
+Rows are appended to plain lists and turned into numpy columns once at the
+end (the column names are the contract with :mod:`basin.metrics`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from basin.sim.sessions import Request, SessionState
+
+CALL_COLUMNS = (
+    "session_uid", "tag", "call_index", "issued_s", "admitted_s", "prefill_start_s",
+    "first_token_s", "finished_s", "prompt_tokens", "cached_tokens", "loaded_tokens",
+    "uncached_tokens", "output_tokens", "decode_steps", "itl_violations", "retractions",
+    "prefill_instance", "decode_instance",
+)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.minutes: list[dict[str, float]] = []
+        self.tags_seen: set[str] = set()
+        # running sums for the current minute
+        self._arrivals = 0
+        self._sessions_done = 0
+        self._calls_done = 0
+        self._prompt = 0
+        self._cached = 0
+        self._loaded = 0
+        self._uncached = 0
+        self._ttfts: list[float] = []
+        self._first_waits: list[float] = []
+        # sliding hit-rate signal (the last two minutes)
+        self._prev_prompt = 0
+        self._prev_hit = 0
+
+    # ------------------------------------------------------------- events
+    def arrival(self) -> None:
+        self._arrivals += 1
+
+    def first_admitted(self, wait_s: float) -> None:
+        self._first_waits.append(wait_s)
+
+    def prefill_done(self, req: Request) -> None:
+        self._prompt += req.prompt
+        self._cached += req.cached
+        self._loaded += req.loaded
+        self._uncached += req.uncached
+
+    def first_token(self, req: Request) -> None:
+        self._ttfts.append(req.first_token_s - req.admitted_s)
+
+    def call_done(self, req: Request, viol: int) -> None:
+        self._calls_done += 1
+        s = req.session
+        self.calls.append((
+            s.uid, s.tag, req.call_index, req.issued_s, req.admitted_s, req.prefill_start_s,
+            req.first_token_s, req.finished_s, req.prompt, req.cached, req.loaded, req.uncached,
+            req.output, req.decode_steps, viol, req.retractions,
+            req.prefill.index if req.prefill is not None else -1,
+            req.decode.index if req.decode is not None else -1,
+        ))
+
+    def session_done(self) -> None:
+        self._sessions_done += 1
+
+    def recent_hit_rate(self) -> float:
+        prompt = self._prompt + self._prev_prompt
+        if prompt == 0:
+            return float("nan")
+        return (self._cached + self._loaded + self._prev_hit) / prompt
+
+    # ------------------------------------------------------------ per minute
+    def close_minute(self, minute: int, gauges: dict[str, float], active_by_tag: Counter) -> None:
+        row: dict[str, float] = {
+            "minute": minute,
+            "arrivals": self._arrivals,
+            "sessions_completed": self._sessions_done,
+            "calls_completed": self._calls_done,
+            "prompt_tokens": self._prompt,
+            "cached_tokens": self._cached,
+            "loaded_tokens": self._loaded,
+            "uncached_tokens": self._uncached,
+            "ttft_p50_s": float(np.median(self._ttfts)) if self._ttfts else float("nan"),
+            "first_call_wait_p50_s": float(np.median(self._first_waits)) if self._first_waits else float("nan"),
+        }
+        row.update(gauges)
+        for tag, n in active_by_tag.items():
+            self.tags_seen.add(tag)
+            row[f"active_{tag}"] = n
+        self.minutes.append(row)
+        self._prev_prompt = self._prompt
+        self._prev_hit = self._cached + self._loaded
+        self._arrivals = self._sessions_done = self._calls_done = 0
+        self._prompt = self._cached = self._loaded = self._uncached = 0
+        self._ttfts = []
+        self._first_waits = []
+
+    # ---------------------------------------------------------------- tables
+    def calls_table(self) -> dict[str, np.ndarray]:
+        cols = list(zip(*self.calls)) if self.calls else [[] for _ in CALL_COLUMNS]
+        table: dict[str, np.ndarray] = {}
+        for name, values in zip(CALL_COLUMNS, cols):
+            if name == "tag":
+                table[name] = np.array(values, dtype=object)
+            elif name.endswith("_s"):
+                table[name] = np.array(values, dtype=float)
+            else:
+                table[name] = np.array(values, dtype=np.int64)
+        return table
+
+    def timeseries_table(self) -> dict[str, np.ndarray]:
+        names: list[str] = []
+        for row in self.minutes:
+            for key in row:
+                if key not in names:
+                    names.append(key)
+        table = {}
+        for name in names:
+            default = 0 if name.startswith("active_") else float("nan")
+            table[name] = np.array([row.get(name, default) for row in self.minutes], dtype=float)
+        table["minute"] = table["minute"].astype(np.int64)
+        return table
+
+    @staticmethod
+    def sessions_table(sessions: list[SessionState]) -> dict[str, np.ndarray]:
+        return {
+            "session_uid": np.array([s.uid for s in sessions], dtype=np.int64),
+            "session_id": np.array([s.record.session_id for s in sessions], dtype=object),
+            "tag": np.array([s.tag for s in sessions], dtype=object),
+            "warm": np.array([s.warm for s in sessions], dtype=bool),
+            "arrival_s": np.array([s.arrival_s for s in sessions], dtype=float),
+            "first_admitted_s": np.array([s.admitted_s for s in sessions], dtype=float),
+            "finished_s": np.array([s.finished_s for s in sessions], dtype=float),
+            "shed": np.array([s.shed for s in sessions], dtype=bool),
+            "n_calls": np.array([len(s.record.calls) for s in sessions], dtype=np.int64),
+            "calls_done": np.array([s.calls_done for s in sessions], dtype=np.int64),
+            "reference_s": np.array([s.reference_s for s in sessions], dtype=float),
+            "decode_steps": np.array([s.decode_steps for s in sessions], dtype=np.int64),
+            "itl_violations": np.array([s.itl_violations for s in sessions], dtype=np.int64),
+        }

@@ -1,0 +1,186 @@
+"""Live sessions and their calls in flight, and the cache keys of their prompts.
+
+A session's prompt is keyed by chunks (see :mod:`basin.sim.cache`): a shared
+system prompt per prefix group, then one chunk per call holding the previous
+call's output and this call's new suffix. When a call reuses less than the
+whole previous context (compaction, or a trace that diverges) the key is cut
+at the reused length and a fresh chunk follows, so reuse is exactly what the
+trajectory says. Traces that carry block hashes are keyed by the hashes.
+"""
+
+from __future__ import annotations
+
+from typing import Hashable, Sequence
+
+from basin.sim.cache import MatchResult
+from basin.workload.records import Session
+
+Piece = tuple[Hashable, int]
+
+_OUT = 1  # chunk id kinds, packed into one int per chunk
+_NEW = 2
+_MERGED = 3
+
+
+def _chunk_id(uid: int, call_index: int, kind: int) -> int:
+    return (uid << 24) | (call_index << 2) | kind
+
+
+class SessionState:
+    """A session as the simulator tracks it from arrival to departure."""
+
+    __slots__ = (
+        "uid", "record", "tag", "arrival_s", "warm", "next_call", "key", "context_tokens",
+        "admitted_s", "finished_s", "shed", "terminated", "paused", "held_call",
+        "pin", "pin_expiry_s", "pin_instance", "inflight", "calls_done", "decode_steps",
+        "itl_violations", "reference_s", "block_tokens", "last_prefill",
+    )
+
+    def __init__(self, uid: int, record: Session, tag: str, arrival_s: float, start_call: int,
+                 block_tokens: int | None):
+        self.uid = uid
+        self.record = record
+        self.tag = tag
+        self.arrival_s = arrival_s
+        self.warm = start_call > 0 or tag == "warm"
+        self.next_call = start_call
+        self.block_tokens = block_tokens
+        self.key: list[Piece] = []
+        self.context_tokens = 0
+        self.admitted_s = float("nan")
+        self.finished_s = float("nan")
+        self.shed = False
+        self.terminated = False
+        self.paused = False
+        self.held_call = False
+        self.pin: MatchResult | None = None
+        self.pin_expiry_s = 0.0
+        self.pin_instance = None
+        self.inflight = None
+        self.calls_done = 0
+        self.decode_steps = 0
+        self.itl_violations = 0
+        self.reference_s = 0.0
+        self.last_prefill = -1
+        if start_call > 0:
+            # Joined mid-trajectory: its context exists (uncached) up to here.
+            for k in range(start_call):
+                self.key = self.prompt_key(k)
+                self.context_tokens = record.calls[k].context_tokens
+
+    @property
+    def done(self) -> bool:
+        return self.next_call >= len(self.record.calls)
+
+    def prompt_key(self, k: int) -> list[Piece]:
+        """Cache key of call ``k``'s prompt, given the key of call ``k-1``."""
+        call = self.record.calls[k]
+        if call.block_hashes is not None and self.block_tokens:
+            return self._block_key(k)
+        if k == 0 or not self.key:
+            rec = self.record
+            key: list[Piece] = []
+            shared = rec.shared_prefix_tokens if k == 0 else 0
+            if shared:
+                key.append((("group", rec.prefix_group), shared))
+            rest = call.prompt_tokens - shared
+            if rest:
+                key.append((_chunk_id(self.uid, k, _NEW), rest))
+            return key
+        prev = self.record.calls[k - 1]
+        reused = call.reused_tokens
+        if reused == prev.context_tokens:
+            # The usual agent turn: previous output and the new suffix appended.
+            grown = prev.output_tokens + call.new_tokens
+            return self.key + [(_chunk_id(self.uid, k, _MERGED), grown)] if grown else list(self.key)
+        pieces = self.key + [(_chunk_id(self.uid, k - 1, _OUT), prev.output_tokens)]
+        key = _truncate(pieces, reused)
+        if call.new_tokens:
+            key.append((_chunk_id(self.uid, k, _NEW), call.new_tokens))
+        return key
+
+    def _block_key(self, k: int) -> list[Piece]:
+        call = self.record.calls[k]
+        return block_key(call.block_hashes or (), call.prompt_tokens, self.block_tokens or 1,
+                         _chunk_id(self.uid, k, _NEW))
+
+
+def block_key(block_hashes: Sequence[int], prompt_tokens: int, block_tokens: int,
+              tail_id: Hashable) -> list[Piece]:
+    """Cache key of a prompt given by block hashes (equal hash, equal content);
+    tokens beyond the hashed blocks are private to the request."""
+    key: list[Piece] = []
+    remaining = prompt_tokens
+    for h in block_hashes:
+        if remaining <= 0:
+            break
+        n = min(block_tokens, remaining)
+        key.append((("block", h), n))
+        remaining -= n
+    if remaining > 0:
+        key.append((("tail", tail_id), remaining))
+    return key
+
+
+def _truncate(pieces: list[Piece], n_tokens: int) -> list[Piece]:
+    out: list[Piece] = []
+    left = n_tokens
+    for chunk, n in pieces:
+        if left <= 0:
+            break
+        if n <= left:
+            out.append((chunk, n))
+            left -= n
+        else:
+            out.append((chunk, left))
+            left = 0
+    return out
+
+
+class Request:
+    """One call in flight through router, decode reservation, prefill, transfer
+    and decode."""
+
+    __slots__ = (
+        "session", "call_index", "key", "prompt", "new", "output", "prefill", "decode",
+        "issued_s", "admitted_s", "prefill_start_s", "prefill_end_s", "first_token_s",
+        "finished_s", "cached", "loaded", "uncached", "match", "alloc", "remaining",
+        "position", "reserved", "decode_steps", "join_step", "viol_at_join", "retractions",
+        "seq", "prio", "load_s", "generated", "growing", "cancelled", "itl_violations",
+    )
+
+    def __init__(self, session: SessionState, call_index: int, key: list[Piece], seq: int, now: float):
+        call = session.record.calls[call_index]
+        self.session = session
+        self.call_index = call_index
+        self.key = key
+        self.prompt = call.prompt_tokens
+        self.new = call.new_tokens
+        self.output = call.output_tokens
+        self.prefill = None
+        self.decode = None
+        self.issued_s = now
+        self.admitted_s = now
+        self.prefill_start_s = float("nan")
+        self.prefill_end_s = float("nan")
+        self.first_token_s = float("nan")
+        self.finished_s = float("nan")
+        self.cached = 0
+        self.loaded = 0
+        self.uncached = 0
+        self.match: MatchResult | None = None
+        self.alloc = 0
+        self.remaining = 0
+        self.position = 0
+        self.reserved = 0
+        self.decode_steps = max(self.output - 1, 0)
+        self.join_step = 0
+        self.viol_at_join = 0
+        self.retractions = 0
+        self.seq = seq
+        self.prio: float | None = None
+        self.load_s = 0.0
+        self.generated = 0
+        self.growing = False
+        self.cancelled = False
+        self.itl_violations = 0
