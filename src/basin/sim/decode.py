@@ -135,7 +135,8 @@ class DecodeInstance:
         """The request's KV arrived; it decodes from the next step boundary."""
         now = self.loop.now
         self.reserved_idle -= req.reserved
-        if not self.batch:
+        if not self.batch or now == self.epoch_t:
+            # Nothing running, or a step boundary right now: join at once.
             self.epoch_t = now
             self._add(req)
             self._schedule()
