@@ -1,0 +1,155 @@
+"""The columnar run tables and the small helpers every metric shares.
+
+A run is recorded as three tables, each a ``dict[str, numpy.ndarray]`` of
+equal-length 1-D columns (``calls``, ``sessions``, ``timeseries``; the column
+lists are in docs/metrics.md). NaN marks an event that did not happen. The
+metrics read only the columns they need, so a producer may add columns
+freely; a missing or ragged column is a :class:`basin.errors.BasinInputError`
+naming the table and the column, because a silently short column would skew a
+goodput figure rather than crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from basin.errors import BasinInputError
+
+#: One columnar table: column name -> 1-D array, all of one length.
+Table = Mapping[str, np.ndarray]
+
+#: Columns each table must hold for the metrics (more columns are allowed).
+CALLS_COLUMNS: tuple[str, ...] = (
+    "session_uid", "tag", "call_index", "issued_s", "admitted_s", "prefill_start_s",
+    "first_token_s", "finished_s", "prompt_tokens", "cached_tokens", "loaded_tokens",
+    "uncached_tokens", "output_tokens", "decode_steps", "itl_violations", "retractions",
+)
+SESSIONS_COLUMNS: tuple[str, ...] = (
+    "session_uid", "session_id", "tag", "warm", "arrival_s", "first_admitted_s",
+    "finished_s", "shed", "n_calls", "calls_done", "reference_s", "decode_steps",
+    "itl_violations",
+)
+TIMESERIES_COLUMNS: tuple[str, ...] = (
+    "minute", "arrivals", "sessions_completed", "calls_completed", "active_sessions",
+    "parked_sessions", "working_set_tokens", "cache_capacity_tokens", "prompt_tokens",
+    "cached_tokens", "loaded_tokens", "uncached_tokens", "ttft_p50_s",
+    "decode_kv_decoding_tokens", "decode_kv_reserved_idle_tokens",
+    "decode_kv_capacity_tokens", "prefill_queue_len", "decode_wait_len",
+    "first_call_wait_p50_s",
+)
+
+#: Prefix of the per-tag active-session columns of the timeseries.
+ACTIVE_TAG_PREFIX = "active_"
+
+SECONDS_PER_MINUTE = 60.0
+SECONDS_PER_HOUR = 3600.0
+
+
+def table_length(table: Table, name: str) -> int:
+    """Rows of ``table``; raises if a column is not 1-D or the lengths differ."""
+    length: int | None = None
+    for column, values in table.items():
+        arr = np.asarray(values)
+        if arr.ndim != 1:
+            raise BasinInputError(f"{name} table, column '{column}': expected a 1-D array, got shape {arr.shape}")
+        if length is None:
+            length = arr.shape[0]
+        elif arr.shape[0] != length:
+            raise BasinInputError(
+                f"{name} table, column '{column}': has {arr.shape[0]} rows but earlier columns have {length}; "
+                "every column of a table must have one value per row"
+            )
+    return 0 if length is None else length
+
+
+def require_columns(table: Table, name: str, columns: Iterable[str]) -> int:
+    """Check that ``table`` has ``columns`` and consistent lengths; return its row count."""
+    missing = [c for c in columns if c not in table]
+    if missing:
+        raise BasinInputError(
+            f"{name} table: missing column(s) {', '.join(repr(c) for c in missing)}; "
+            f"the producer must write them (see docs/metrics.md)"
+        )
+    return table_length(table, name)
+
+
+def floats(table: Table, column: str) -> np.ndarray:
+    """A column as float64 (NaN kept): times and token sums are compared as floats."""
+    return np.asarray(table[column], dtype=np.float64)
+
+
+def bools(table: Table, column: str) -> np.ndarray:
+    """A column as bool. Parquet round trips and hand-made tables both land here."""
+    return np.asarray(table[column], dtype=bool)
+
+
+def nan_percentile(values: np.ndarray, q: float) -> float:
+    """Percentile ``q`` (0-100) of the finite entries; NaN when there are none.
+
+    Metrics of an empty group are "not measured", not zero: a window without a
+    first token has no median TTFT, and returning 0 would call it fast.
+    """
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return float("nan")
+    return float(np.percentile(finite, q))
+
+
+def bin_index(times: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Index ``i`` of the half-open bin ``[edges[i], edges[i+1])`` holding each time; -1 outside.
+
+    Every binned metric goes through this one rule, so an event exactly on an
+    edge always belongs to the later bin, and NaN ("did not happen") to none.
+    """
+    edges = np.asarray(edges, dtype=np.float64)
+    times = np.asarray(times, dtype=np.float64)
+    idx = np.searchsorted(edges, times, side="right") - 1
+    outside = (idx >= edges.size - 1) | ~np.isfinite(times)
+    idx[outside] = -1
+    return idx
+
+
+def bin_counts(times: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """How many ``times`` fall in each bin ``[edges[i], edges[i+1])``."""
+    n_bins = max(np.asarray(edges).size - 1, 0)
+    idx = bin_index(times, edges)
+    return np.bincount(idx[idx >= 0], minlength=n_bins)[:n_bins]
+
+
+def binned_sum(times: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Sum of ``values`` whose ``times`` fall in each bin ``[edges[i], edges[i+1])``."""
+    n_bins = max(np.asarray(edges).size - 1, 0)
+    idx = bin_index(times, edges)
+    inside = idx >= 0
+    return np.bincount(idx[inside], np.asarray(values, dtype=np.float64)[inside], minlength=n_bins)[:n_bins]
+
+
+def binned_median(times: np.ndarray, values: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Median of ``values`` whose ``times`` fall in each bin ``[edges[i], edges[i+1])``.
+
+    Returns ``(medians, counts)`` per bin; the median is NaN for an empty bin
+    and entries with a non-finite value are ignored. One sort groups all bins,
+    so a 60K-call run costs O(n log n) whatever the bin count.
+    """
+    n_bins = max(np.asarray(edges).size - 1, 0)
+    values = np.asarray(values, dtype=np.float64)
+    idx = bin_index(times, edges)
+    keep = (idx >= 0) & np.isfinite(values)
+    idx, vals = idx[keep], values[keep]
+    order = np.lexsort((vals, idx))
+    idx, vals = idx[order], vals[order]
+    counts = np.bincount(idx, minlength=n_bins)[:n_bins]
+    starts = np.cumsum(counts) - counts
+    medians = np.full(n_bins, np.nan)
+    has = counts > 0
+    lo = starts[has] + (counts[has] - 1) // 2
+    hi = starts[has] + counts[has] // 2
+    medians[has] = 0.5 * (vals[lo] + vals[hi])
+    return medians, counts
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    """``numerator / denominator``, NaN when the denominator is zero."""
+    return float(numerator) / float(denominator) if denominator > 0 else float("nan")

@@ -1,0 +1,81 @@
+"""The run figures are written and have the panels they promise."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from basin.experiments.plots import TIMESERIES_PANELS, plot_cliff, plot_run_timeseries
+from basin.metrics import cache_cliff_points
+from test_metrics_builders import make_timeseries
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _trapped_timeseries(n: int = 120) -> dict[str, np.ndarray]:
+    minute = np.arange(n)
+    surge = (minute >= 15) & (minute < 25)
+    hit = np.where(minute < 20, 0.95, 0.3)
+    return make_timeseries(
+        n,
+        active_sessions=40.0 + np.cumsum(surge * 3.0 + (minute >= 25) * 0.5),
+        active_base=40.0 + np.cumsum((minute >= 25) * 0.5),
+        active_burst=np.cumsum(surge * 3.0),
+        working_set_tokens=np.linspace(0.5e6, 3e6, n),
+        cached_tokens=np.round(hit * 1000), loaded_tokens=0, uncached_tokens=np.round((1 - hit) * 1000),
+        ttft_p50_s=np.where(minute < 20, 0.2, 60.0),
+    )
+
+
+def _assert_png(path: Path) -> None:
+    assert path.is_file() and path.stat().st_size > 10_000
+    assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_single_run_timeseries_splits_active_sessions_by_tag(tmp_path: Path) -> None:
+    out = tmp_path / "figs" / "run.png"
+    fig = plot_run_timeseries({"hicache": _trapped_timeseries()}, out, shade_windows=[(15, 25)], title="x5 surge")
+    _assert_png(out)
+    assert len(fig.axes) == len(TIMESERIES_PANELS) == 5
+    ax_active, ax_hit, ax_ttft, _, ax_kv = fig.axes
+    labels = [line.get_label() for line in ax_active.get_lines()]
+    assert labels == ["all", "base", "burst"]
+    assert ax_ttft.get_yscale() == "log"
+    assert "surge" in ax_active.get_legend_handles_labels()[1]
+    assert ax_kv.get_xlabel() == "time (min)"
+    assert all(ax.get_ylabel() for ax in fig.axes)
+    # The hit-rate line carries the per-minute rate: 0.95 before minute 20, 0.3 after.
+    y = ax_hit.get_lines()[0].get_ydata()
+    assert y[0] == 0.95 and y[-1] == 0.3
+
+
+def test_several_systems_get_one_line_each(tmp_path: Path) -> None:
+    runs = {"hicache": _trapped_timeseries(), "basin": make_timeseries(120), "continuum": make_timeseries(120)}
+    fig = plot_run_timeseries(runs, tmp_path / "cmp.png")
+    _assert_png(tmp_path / "cmp.png")
+    ax_active, ax_hit, _, _, ax_kv = fig.axes
+    assert [line.get_label() for line in ax_active.get_lines()] == list(runs)
+    assert len(ax_hit.get_lines()) == 3
+    assert len(ax_kv.get_lines()) == 6  # decoding and reserved-idle per system
+
+
+def test_cliff_plot_accepts_points_or_timeseries(tmp_path: Path) -> None:
+    ts = _trapped_timeseries()
+    fig = plot_cliff({"run A": ts, "run B": cache_cliff_points(make_timeseries(60))}, tmp_path / "cliff.png")
+    _assert_png(tmp_path / "cliff.png")
+    assert len(fig.axes) == 1
+    ax = fig.axes[0]
+    assert len(ax.collections) == 2                      # one scatter per run
+    assert ax.collections[0].get_offsets().shape[0] == 60  # 120 minutes in 2-minute windows
+    labels = ax.get_legend_handles_labels()[1]
+    assert {"binned median", "working set = cache"} <= set(labels)
+    assert "working set" in ax.get_xlabel() and "hit rate" in ax.get_ylabel()
+
+
+def test_importing_plots_does_not_import_matplotlib() -> None:
+    code = "import sys, basin.experiments.plots; print('matplotlib' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
