@@ -32,26 +32,13 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; bad input prints a one-paragraph error and exits with 2."""
+    """Run the CLI; bad input prints a one-paragraph error and exits with 2
+    (usage errors are reported by typer itself, also with 2)."""
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv)
     except BasinInputError as exc:
         _err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
-    except KeyboardInterrupt:
-        _err.print("interrupted")
-        sys.exit(130)
-    except SystemExit:
-        raise
-    except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(1)
-        raise
 
 
 if __name__ == "__main__":
