@@ -12,7 +12,8 @@ from basin.policy.hicache import HiCachePolicy
 from basin.sim.cache import RadixCache
 from basin.sim.config import load_deployment, load_hardware
 from basin.sim.decode import DecodeInstance
-from basin.sim.engine import ArrivingSession, Intervention, SimConfig, Simulator
+from basin.sim.engine import Intervention, SimConfig, Simulator
+from basin.workload.arrivals import SessionArrival
 from basin.sim.events import EventLoop
 from basin.sim.prefill import PrefillInstance
 from basin.sim.sessions import Request, SessionState
@@ -37,15 +38,15 @@ def make_sessions(n: int, seed: int, calls: tuple[int, int] = (5, 20)) -> list[S
 
 
 def make_arrivals(sessions: list[Session], rate_per_min: float, duration_s: float, seed: int,
-                  warm: int = 0) -> list[ArrivingSession]:
+                  warm: int = 0) -> list[SessionArrival]:
     rng = np.random.default_rng(seed)
-    arrivals = [ArrivingSession(0.0, sessions[i % len(sessions)], "warm", start_call=1) for i in range(warm)]
+    arrivals = [SessionArrival(0.0, sessions[i % len(sessions)], "warm", start_call=1) for i in range(warm)]
     t = 0.0
     while True:
         t += rng.exponential(60.0 / rate_per_min)
         if t >= duration_s:
             return arrivals
-        arrivals.append(ArrivingSession(t, sessions[int(rng.integers(len(sessions)))], "base"))
+        arrivals.append(SessionArrival(t, sessions[int(rng.integers(len(sessions)))], "base"))
 
 
 def config(arrivals, duration_s=1800.0, deployment="1p1d-h100", **kw) -> SimConfig:
@@ -111,7 +112,7 @@ def test_reservation_at_prefill_completion_holds_no_decode_memory_while_queued()
 def test_terminating_a_tag_ends_those_sessions():
     sessions = make_sessions(40, seed=7, calls=(30, 40))
     arrivals = make_arrivals(sessions, 6.0, 1200.0, seed=8)
-    arrivals = [ArrivingSession(a.arrival_s, a.session, "burst" if i % 2 else "base") for i, a in enumerate(arrivals)]
+    arrivals = [SessionArrival(a.arrival_s, a.session, "burst" if i % 2 else "base") for i, a in enumerate(arrivals)]
     sim = CheckedSimulator(config(arrivals, 1200.0, interventions=[Intervention(600.0, "terminate-tag", tag="burst")]),
                            HiCachePolicy())
     result = sim.run()

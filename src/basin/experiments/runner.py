@@ -91,6 +91,7 @@ def run_scenario(scenario: Scenario, system: str | None = None,
         block_tokens=workload.block_tokens,
         interventions=interventions,
         reserve_at_prefill_completion=scenario.engine.reserve_at_prefill_completion,
+        seed=scenario.seed,
     )
     result = Simulator(config, policy).run(progress)
     trigger = scenario.trigger_min

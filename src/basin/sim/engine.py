@@ -33,20 +33,11 @@ from basin.sim.prefill import PrefillInstance
 from basin.sim.recorder import Recorder
 from basin.sim.router import choose_decode, choose_prefill
 from basin.sim.sessions import Request, SessionState
+from basin.workload.arrivals import SessionArrival
 from basin.workload.records import Session
 
 #: Horizon of the long-run arrival rate signal.
 ARRIVAL_RATE_WINDOW_S = 15 * 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class ArrivingSession:
-    """A session entering the run (see :mod:`basin.workload.arrivals`)."""
-
-    arrival_s: float
-    session: Session
-    tag: str = "base"
-    start_call: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +55,14 @@ class Intervention:
 class SimConfig:
     hardware: HardwareProfile
     deployment: Deployment
-    arrivals: Sequence[ArrivingSession]
+    arrivals: Sequence[SessionArrival]
     duration_s: float
     block_tokens: int | None = None
     interventions: Sequence[Intervention] = ()
     #: None: as the policy needs; True/False forces the engine switch.
     reserve_at_prefill_completion: bool | None = None
+    #: Seeds the engine's own randomness (where warm sessions are in their tool gaps).
+    seed: int = 0
 
 
 @dataclass
@@ -131,9 +124,7 @@ class Simulator:
             else:
                 loop.at(arr.arrival_s, CLIENT, self._arrive, arr)
         if warm:
-            self.policy.attach([self._info(s) for s in warm], 0.0)
-            for s in warm:
-                self._admit(s)
+            self._warm_start(warm)
         for iv in cfg.interventions:
             loop.at(iv.at_s, CONTROL, self._intervene, iv)
         loop.at(0.0, CONTROL, self._tick, None)
@@ -148,8 +139,29 @@ class Simulator:
             cache_stats=[dataclasses.asdict(p.cache.stats) for p in self.prefills],
         )
 
+    def _warm_start(self, warm: list[SessionState]) -> None:
+        """Start from steady operation: each warm session is part-way through
+        the tool gap after its last call, and its context is cached in the
+        order steady operation would have left it (most recent last)."""
+        rng = np.random.default_rng(np.random.SeedSequence([self.config.seed, 7]))
+        starts = []
+        for s in warm:
+            gap = s.record.calls[s.next_call - 1].tool_gap_s if s.next_call > 0 else 0.0
+            residual = float(rng.uniform(0.0, gap)) if gap > 0 else 0.0
+            starts.append((residual - gap, residual, s))
+        for last_touch, _, s in sorted(starts, key=lambda x: (x[0], x[2].uid)):
+            if s.key:
+                self.prefills[s.uid % len(self.prefills)].cache.insert(s.key, last_touch, 0)
+        self.policy.attach([self._info(s) for s in warm], 0.0)
+        for _, residual, s in starts:
+            s.admitted_s = 0.0
+            self.active.add(s)
+            self.active_by_tag[s.tag] += 1
+            self.working_set += s.context_tokens
+            self.loop.at(residual, CLIENT, self._issue, s)
+
     # ============================================================= sessions
-    def _new_session(self, arr: ArrivingSession) -> SessionState:
+    def _new_session(self, arr: SessionArrival) -> SessionState:
         s = SessionState(len(self.sessions), arr.session, arr.tag, arr.arrival_s, arr.start_call,
                          self.config.block_tokens)
         s.reference_s = self._reference_s(arr.session, arr.start_call)
@@ -162,7 +174,7 @@ class Simulator:
         return SessionInfo(s.uid, rec.session_id, s.tag, s.arrival_s,
                            rec.calls[s.next_call].prompt_tokens, rec.task_text, rec.peak_context_tokens)
 
-    def _arrive(self, arr: ArrivingSession) -> None:
+    def _arrive(self, arr: SessionArrival) -> None:
         s = self._new_session(arr)
         self.arrival_times.append(self.loop.now)
         decision = self.policy.on_session_arrival(self._info(s), self._signals())
@@ -179,8 +191,7 @@ class Simulator:
         self.active.add(s)
         self.active_by_tag[s.tag] += 1
         self.working_set += s.context_tokens
-        if not s.warm:
-            self.recorder.first_admitted(now - s.arrival_s)
+        self.recorder.first_admitted(now - s.arrival_s)
         self._issue(s, first=True)
 
     def _issue(self, s: SessionState, first: bool = False) -> None:
@@ -199,7 +210,7 @@ class Simulator:
         self._req_seq += 1
         req = Request(s, k, key, self._req_seq, now)
         if first:
-            req.issued_s = s.arrival_s if not s.warm else now
+            req.issued_s = s.arrival_s
         req.prio = self.policy.priority_key(s.uid)
         s.inflight = req
         self.working_set += req.prompt - s.context_tokens
