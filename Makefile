@@ -17,7 +17,7 @@ run: $(STAMP)
 	$(VENV)/bin/basin workload stats terminal-bench
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -q
 
 bench: $(STAMP)
 	$(VENV)/bin/python -m bench

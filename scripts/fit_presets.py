@@ -61,7 +61,11 @@ def _tb_mean_gap_target() -> float:
 TARGETS = {
     "terminal-bench": PresetTargets(
         prompt_p50_tokens=25_600, prompt_p90_tokens=77_000, reuse_fraction=0.982, output_p50_tokens=160,
-        tool_gap_p50_s=0.42, tool_gap_mean_s=_tb_mean_gap_target(), peak_context_p50_tokens=40_000,
+        # The gap shape is Terminal-Bench's own, scaled to the paper's median: its
+        # tail then reaches about 100 s, as the paper's Fig. 3b shows. Fitting a
+        # mean from Little's law instead (_tb_mean_gap_target) bends the tail out
+        # to several minutes, which the paper's trace does not have.
+        tool_gap_p50_s=0.42, tool_gap_mean_s=None, peak_context_p50_tokens=40_000,
         calls_per_session_mean=round(TB_CALLS_PER_SESSION, 2)),
     "swe-pro": PresetTargets(
         prompt_p50_tokens=83_000, prompt_p90_tokens=None, reuse_fraction=None, output_p50_tokens=None,
