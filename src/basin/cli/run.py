@@ -64,9 +64,9 @@ def run(
     if as_json:
         print(json.dumps([_json_row(r.summary) for r in runs]))
         return
-    table = Table(title=f"{sc.name}: {sc.description.strip().splitlines()[0] if sc.description else ''}")
-    for col in ("system", "goodput/h", "completed", "shed", "state", "hit pre", "hit final",
-                "TTFT p50 final", "active final", "L_late"):
+    table = Table(title=f"scenario {sc.name}")
+    for col in ("system", "goodput/h", "completed", "shed", "state", "hit pre", "hit end",
+                "TTFT end", "active end", "L_late"):
         table.add_column(col, justify="right" if col != "system" else "left")
     for r in runs:
         s = r.summary
@@ -74,7 +74,8 @@ def run(
                       s.state.value if hasattr(s.state, "value") else str(s.state),
                       _f(s.hit_rate_pre, 2), _f(s.hit_rate_final, 2), _f(s.ttft_p50_final_s, 2, "s"),
                       _f(s.active_sessions_final, 0), _f(s.l_late_s, 1, "s"))
-    Console().print(table)
+    console = Console()
+    Console(width=max(console.width, 120)).print(table)
     _err.print(f"tables and plots in {out_dir}")
 
 
