@@ -55,17 +55,15 @@ def test_terminal_bench_meets_the_paper_figures(seed):
     assert _within(float(np.median([s.n_calls for s in w.sessions])), TB_CALLS_MEAN, 0.20)
 
 
-def test_terminal_bench_tool_time_gives_the_little_law_lifetime():
-    # 42 active sessions at 3.3/min: a session lives ~764 s at light load. With
-    # the fit script's assumed 7.5 s of service per call, tool time must give
-    # the rest; the heavy tail makes the mean gap ~35x the median.
-    w = synthesize("terminal-bench", seed=0)
-    m = measure_targets(w)
-    tool_s = np.mean([sum(c.tool_gap_s for c in s.calls) for s in w.sessions])
-    lifetime_s = tool_s + 7.5 * m.calls_per_session_mean
-    assert _within(lifetime_s, 42 / 3.3 * 60, 0.25)
-    assert m.tool_gap_mean_s > 25 * m.tool_gap_p50_s
-    assert max(c.tool_gap_s for s in w.sessions for c in s.calls) > 100
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_terminal_bench_tool_gaps_have_the_papers_tail(seed):
+    # Median 0.42 s with a long right tail reaching about 100 s (paper Fig. 3b):
+    # the mean is dominated by the tail, and 99% of gaps stay within ~110 s.
+    w = synthesize("terminal-bench", seed=seed)
+    gaps = np.array([c.tool_gap_s for s in w.sessions for c in s.calls[:-1]])
+    assert _within(float(np.median(gaps)), 0.42, 0.10)
+    assert gaps.mean() > 20 * np.median(gaps)
+    assert 80.0 < np.percentile(gaps, 99) < 130.0
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
