@@ -242,3 +242,44 @@ def test_parked_sessions_are_released_or_shed_by_the_policy():
     assert not np.any(started & s["shed"])
     waits = s["first_admitted_s"][started] - s["arrival_s"][started]
     assert np.all(waits >= 0) and np.all(waits <= 60.0 + 1e-9)
+
+
+class FakeLentTier:
+    """Holds every session's previous prompt, as lent decode memory would."""
+
+    def __init__(self):
+        self.fetched = 0
+        self.last_prompt: dict[int, int] = {}
+
+    def covered_tokens(self, session_uid, prompt_tokens):
+        return self.last_prompt.get(session_uid, 0)
+
+    def fetch(self, session_uid, tokens, now):
+        self.fetched += tokens
+        return tokens / 1e6
+
+
+def test_a_lower_tier_supplies_what_the_local_cache_lost():
+    loop = EventLoop()
+    hw = load_hardware("h100-nvl")
+    done: list[Request] = []
+    tiny = RadixCache(4096, page_tokens=64)  # far too small to keep any context
+    inst = PrefillInstance(0, hw.prefill, tiny, loop, done.append)
+    tier = FakeLentTier()
+    inst.lower_tiers.append(tier)
+    session = Session("x", (Call(3000, 3000, 10, 1.0), Call(3500, 490, 10)))
+    s = SessionState(0, session, "base", 0.0, 0, None)
+    first = Request(s, 0, s.prompt_key(0), 1, 0.0)
+    inst.enqueue(first)
+    loop.run(10.0)
+    inst.release(first, loop.now)
+    tier.last_prompt[0] = 3000
+    s.key = first.key
+    second = Request(s, 1, s.prompt_key(1), 2, loop.now)
+    inst.enqueue(second)
+    loop.run(20.0)
+    assert second in done
+    assert second.cached + second.loaded + second.uncached == 3500
+    assert second.loaded >= 3000 - second.cached - 64 and tier.fetched > 0
+    assert second.uncached <= 500
+    tiny.check()

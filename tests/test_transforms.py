@@ -94,3 +94,17 @@ def test_any_positive_factors_give_valid_records(tb, tool_time, output, prompt):
         for ca, cb in zip(a.calls, b.calls):
             assert cb.prompt_tokens == max(1, round(ca.prompt_tokens * prompt))
             assert cb.tool_gap_s == pytest.approx(ca.tool_gap_s * tool_time)
+
+
+def test_truncate_calls_keeps_valid_short_sessions():
+    from basin.workload.synthetic import synthesize
+    from basin.workload.transforms import truncate_calls
+
+    w = synthesize("terminal-bench", n_sessions=30, seed=3)
+    short = truncate_calls(w, 5)
+    assert all(1 <= len(s.calls) <= 5 for s in short.sessions)
+    assert all(s.calls[-1].tool_gap_s == 0.0 for s in short.sessions)
+    for a, b in zip(w.sessions, short.sessions):
+        assert b.calls[:-1] == a.calls[: len(b.calls) - 1]
+    with pytest.raises(BasinInputError, match="max_calls"):
+        truncate_calls(w, 0)

@@ -14,7 +14,7 @@ from basin.sim.engine import Intervention, RunResult, SimConfig, Simulator
 from basin.workload.arrivals import PoissonSchedule, RateChange, Surge, draw_arrivals
 from basin.workload.presets import resolve_workload
 from basin.workload.records import Workload
-from basin.workload.transforms import scale_workload
+from basin.workload.transforms import scale_workload, truncate_calls
 
 
 @dataclass
@@ -29,6 +29,8 @@ def build_workload(spec: WorkloadSpec, seed: int) -> Workload:
     workload = resolve_workload(spec.name, seed=seed, n_sessions=spec.sessions)
     if (spec.tool_time, spec.output, spec.prompt) != (1.0, 1.0, 1.0):
         workload = scale_workload(workload, tool_time=spec.tool_time, output=spec.output, prompt=spec.prompt)
+    if spec.max_calls is not None:
+        workload = truncate_calls(workload, spec.max_calls)
     return workload
 
 
@@ -58,6 +60,9 @@ def schedule_for(scenario: Scenario, base: float) -> PoissonSchedule:
     if s.factor != 1.0 and s.end_min > s.start_min:
         surges.append(Surge(start_min=s.start_min, end_min=s.end_min, factor=s.factor))
     changes = [RateChange(at_min=c.at_min, per_min=c.per_min) for c in scenario.arrivals.rate_changes]
+    changes += [RateChange(at_min=iv.at_min, per_min=iv.set_rate_per_min)
+                for iv in scenario.interventions if iv.set_rate_per_min is not None]
+    changes.sort(key=lambda c: c.at_min)
     return PoissonSchedule(base_per_min=base, surges=surges, rate_changes=changes)
 
 
@@ -80,7 +85,7 @@ def run_scenario(scenario: Scenario, system: str | None = None,
     for iv in scenario.interventions:
         if iv.terminate_tag is not None:
             interventions.append(Intervention(iv.at_min * 60.0, "terminate-tag", tag=iv.terminate_tag))
-        else:
+        elif iv.switch_policy is not None:
             interventions.append(Intervention(iv.at_min * 60.0, "switch-policy",
                                               policy=make_policy(iv.switch_policy or "")))
     config = SimConfig(

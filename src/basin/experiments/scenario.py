@@ -9,7 +9,7 @@ can be overridden from the command line with ``--set key.path=value``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -31,6 +31,8 @@ class WorkloadSpec(_Model):
     tool_time: float = Field(default=1.0, gt=0)
     output: float = Field(default=1.0, gt=0)
     prompt: float = Field(default=1.0, gt=0)
+    #: Cut every session to its first calls (short sessions, e.g. a burst).
+    max_calls: int | None = Field(default=None, ge=1)
 
 
 class SurgeSpec(_Model):
@@ -72,11 +74,13 @@ class InterventionSpec(_Model):
     at_min: float = Field(ge=0)
     terminate_tag: str | None = None
     switch_policy: str | None = None
+    set_rate_per_min: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _one_action(self) -> InterventionSpec:
-        if (self.terminate_tag is None) == (self.switch_policy is None):
-            raise ValueError("an intervention needs exactly one of terminate_tag or switch_policy")
+        given = [v for v in (self.terminate_tag, self.switch_policy, self.set_rate_per_min) if v is not None]
+        if len(given) != 1:
+            raise ValueError("an intervention needs exactly one of terminate_tag, switch_policy or set_rate_per_min")
         return self
 
 

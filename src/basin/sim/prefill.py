@@ -13,12 +13,24 @@ grows with the chunk's position in its prompt (full-attention layers).
 from __future__ import annotations
 
 import heapq
-from typing import Callable
+from typing import Callable, Protocol
 
 from basin.sim.cache import RadixCache
 from basin.sim.config import PrefillProfile
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.sessions import Request
+
+
+class LowerTier(Protocol):
+    """A cache tier outside the prefill instance, such as decode memory lent
+    as cache: it says how much of a session's prompt it holds and charges the
+    transfer of what the prefill takes from it."""
+
+    def covered_tokens(self, session_uid: int, prompt_tokens: int) -> int: ...
+
+    def fetch(self, session_uid: int, tokens: int, now: float) -> float:
+        """Hand over ``tokens``; returns the transfer time in seconds."""
+        ...
 
 
 class PrefillInstance:
@@ -34,6 +46,8 @@ class PrefillInstance:
         self.busy = False
         self.ordered = False
         self.queued_tokens = 0  # prompt tokens waiting (a load signal for routers)
+        #: Cache tiers outside the instance, consulted after the local match.
+        self.lower_tiers: list[LowerTier] = []
         self.uncached_done = 0  # cumulative computed tokens (a signal)
 
     # ----------------------------------------------------------------- queue
@@ -79,27 +93,38 @@ class PrefillInstance:
         cache = self.cache
         m = cache.match(req.key, now)
         cache.lock(m)
-        loaded = cache.load_back(m, now) if m.host_tokens else 0
+        host = cache.load_back(m, now) if m.host_tokens else 0
         cached = m.device_tokens
-        uncached = req.prompt - cached - loaded
+        fetched = 0
+        fetch_s = 0.0
+        for tier in self.lower_tiers:
+            # A tier outside this instance (decode-lent memory) may hold more
+            # of the prompt than the local match; its extra tokens are copied
+            # into the pool like computed ones, at the tier's transfer cost.
+            covered = min(tier.covered_tokens(req.session.uid, req.prompt), req.prompt - 1)
+            extra = covered - cached - host - fetched
+            if extra > 0:
+                fetch_s = max(fetch_s, tier.fetch(req.session.uid, extra, now))
+                fetched += extra
+        uncached = req.prompt - cached - host - fetched
         if uncached <= 0:
             # A fully cached prompt still computes its last token.
             uncached = 1
-            if loaded:
-                loaded -= 1
+            if host:
+                host -= 1
             else:
                 cached -= 1
-        if not cache.allocate(uncached, now):
+        if not cache.allocate(uncached + fetched, now):
             cache.unlock(m)
             return False
         req.match = m
         req.cached = cached
-        req.loaded = loaded
+        req.loaded = host + fetched
         req.uncached = uncached
-        req.alloc = uncached
+        req.alloc = uncached + fetched
         req.remaining = uncached
-        req.position = cached + loaded
-        req.load_s = loaded / self.profile.load_tokens_per_s if loaded else 0.0
+        req.position = cached + host + fetched
+        req.load_s = max(host / self.profile.load_tokens_per_s, fetch_s)
         req.prefill_start_s = now
         return True
 

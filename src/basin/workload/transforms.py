@@ -75,3 +75,22 @@ def scale_workload(w: Workload, tool_time: float = 1.0, output: float = 1.0, pro
     description = f"{w.description} ({label})" if w.description else label
     return replace(w, name=f"{w.name}[{label}]", sessions=sessions, description=description,
                    block_tokens=w.block_tokens if factors["prompt"] == 1.0 else None, extra=dict(w.extra))
+
+
+def truncate_calls(w: Workload, max_calls: int) -> Workload:
+    """``w`` with every session cut to its first ``max_calls`` calls: short
+    sessions with real prompts, such as the paper's burst of short sessions."""
+    if isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 1:
+        raise BasinInputError(f"max_calls: expected a whole number >= 1, got {max_calls!r}")
+    sessions = []
+    for s in w.sessions:
+        if len(s.calls) <= max_calls:
+            sessions.append(s)
+            continue
+        calls = s.calls[:max_calls]
+        last = replace(calls[-1], tool_gap_s=0.0)
+        sessions.append(replace(s, calls=calls[:-1] + (last,)))
+    label = f"first {max_calls} calls"
+    description = f"{w.description} ({label})" if w.description else label
+    return replace(w, name=f"{w.name}[{label}]", sessions=tuple(sessions), description=description,
+                   extra=dict(w.extra))
