@@ -74,3 +74,17 @@ def test_hicache_is_trapped_after_a_x5_surge_on_1p3d():
     s = run.summary
     assert s.state is RunState.TRAPPED
     assert s.hit_rate_pre > 0.85 and s.hit_rate_final < 0.35
+
+
+def test_residual_burst_sessions_sustain_the_failure():
+    """Section 3.3: a burst of short sessions; ending them at minute 25
+    restores service, leaving them keeps the engine degraded."""
+    left = _run("burst-1p1d")
+    ended = _run("burst-1p1d", "interventions=[{at_min: 25, terminate_tag: burst}]")
+    assert left.summary.state is RunState.TRAPPED
+    assert ended.summary.state is RunState.HEALTHY
+    ts_left, ts_ended = left.result.timeseries, ended.result.timeseries
+    # Service is restored within minutes of the termination ...
+    assert np.nanmedian(ts_ended["ttft_p50_s"][30:40]) < 5.0
+    # ... while the untouched run accumulates base sessions.
+    assert ts_left["active_base"][-1] > 2 * ts_ended["active_base"][-1]

@@ -52,7 +52,12 @@ class PrefillInstance:
 
     # ----------------------------------------------------------------- queue
     def enqueue(self, req: Request) -> None:
+        """Queue a request; its cached prefix is matched and locked now, so
+        waiting in the queue does not cost it its prefix."""
         req.prefill = self
+        m = self.cache.match(req.key, self.loop.now)
+        self.cache.lock(m)
+        req.match = m
         heapq.heappush(self.queue, (self._sort_key(req), req.seq, req))
         self.queued_tokens += req.prompt
         if not self.busy:
@@ -80,6 +85,9 @@ class PrefillInstance:
                 self.queue.pop()
                 heapq.heapify(self.queue)
                 self.queued_tokens -= req.prompt
+                if req.match is not None:
+                    self.cache.unlock(req.match)
+                    req.match = None
                 return True
         return False
 
@@ -91,8 +99,11 @@ class PrefillInstance:
     # ----------------------------------------------------------------- steps
     def _begin(self, req: Request, now: float) -> bool:
         cache = self.cache
-        m = cache.match(req.key, now)
-        cache.lock(m)
+        m = req.match
+        if m is None:
+            m = cache.match(req.key, now)
+            cache.lock(m)
+            req.match = m
         host = cache.load_back(m, now) if m.host_tokens else 0
         cached = m.device_tokens
         fetched = 0
@@ -115,9 +126,7 @@ class PrefillInstance:
             else:
                 cached -= 1
         if not cache.allocate(uncached + fetched, now):
-            cache.unlock(m)
             return False
-        req.match = m
         req.cached = cached
         req.loaded = host + fetched
         req.uncached = uncached
@@ -154,6 +163,8 @@ class PrefillInstance:
                 load_s = req.load_s
         if not plan:
             self.busy = False
+            if self.queue and not self.running and self._release_queued_locks():
+                self._start_step()
             return
         tokens_cost = self.profile.tokens_cost_s
         for req, take in plan:
@@ -177,6 +188,19 @@ class PrefillInstance:
                 req.prefill_end_s = now
                 self.on_done(req)
         self._start_step()
+
+    def _release_queued_locks(self) -> bool:
+        """Nothing runs and the head cannot get pool space: the prefixes held
+        by the other queued requests give way (they re-match when they start).
+        Without this, queued locks could hold the whole pool and stall."""
+        released = False
+        head = self.queue[0][2]
+        for _, _, req in self.queue:
+            if req is not head and req.match is not None:
+                self.cache.unlock(req.match)
+                req.match = None
+                released = True
+        return released
 
     # --------------------------------------------------------------- release
     def release(self, req: Request, now: float) -> None:
