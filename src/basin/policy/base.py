@@ -6,8 +6,9 @@ answers with decisions. It never reads a clock, a socket or the engine's
 internals; time arrives as ``now_s`` in what it is handed. The same policy
 object therefore runs under the simulator and under the real gateway.
 
-Events in: a session arrived (its first call is ready), a call finished, a
-session finished, and a periodic control tick with the current signals.
+Events in: a session arrived (its first call is ready), a call was issued, a
+call finished, a session finished, and a periodic control tick with the
+current signals.
 Decisions out: admit / park / shed a new session; which parked sessions to
 release or shed; whether both engine queues are ordered by the policy's
 session priority; whether decode memory is lent as cache; which admitted
@@ -108,6 +109,10 @@ class Policy:
 
     def on_session_arrival(self, info: SessionInfo, signals: Signals) -> Admission:
         return Admission.ADMIT
+
+    def on_call_issued(self, uid: int, prompt_tokens: int, now_s: float) -> None:
+        """A session's next call left the client (its tool gap is over)."""
+        return None
 
     def on_call_finished(self, uid: int, context_tokens: int, last_call: bool, now_s: float) -> float:
         """Returns seconds to pin the session's cached prefix (0: no pin)."""

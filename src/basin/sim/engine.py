@@ -212,6 +212,7 @@ class Simulator:
         if first:
             req.issued_s = s.arrival_s
         req.prio = self.policy.priority_key(s.uid)
+        self.policy.on_call_issued(s.uid, req.prompt, now)
         s.inflight = req
         self.working_set += req.prompt - s.context_tokens
         s.context_tokens = req.prompt
