@@ -41,6 +41,12 @@ def deployment_for(scenario: Scenario) -> Deployment:
     return dep
 
 
+def profile_name(dep: Deployment) -> str:
+    """The name a deployment's offline profile is filed under: GPU-only and
+    host-tier variants of one deployment have different cliffs."""
+    return dep.name if dep.host_ratio > 0 else f"{dep.name}-gpuonly"
+
+
 def base_rate_per_min(scenario: Scenario, dep: Deployment) -> float:
     arr = scenario.arrivals
     if arr.base_per_min is not None:
@@ -70,8 +76,9 @@ def run_scenario(scenario: Scenario, system: str | None = None,
                  progress: Callable[[float], None] | None = None) -> ScenarioRun:
     system = system or scenario.policy
     params = scenario.policy_params if system == scenario.policy else {}
-    policy = make_policy(system, **params)
     dep = deployment_for(scenario)
+    context = {"deployment": profile_name(dep), "workload": scenario.workload.name}
+    policy = make_policy(system, context, **params)
     hardware = load_hardware(dep.hardware)
     workload = build_workload(scenario.workload, scenario.seed)
     burst = scenario.arrivals.burst_workload
@@ -87,7 +94,7 @@ def run_scenario(scenario: Scenario, system: str | None = None,
             interventions.append(Intervention(iv.at_min * 60.0, "terminate-tag", tag=iv.terminate_tag))
         elif iv.switch_policy is not None:
             interventions.append(Intervention(iv.at_min * 60.0, "switch-policy",
-                                              policy=make_policy(iv.switch_policy or "")))
+                                              policy=make_policy(iv.switch_policy or "", context)))
     config = SimConfig(
         hardware=hardware,
         deployment=dep,

@@ -94,6 +94,8 @@ class EngineNeeds:
 
     reserve_decode_at_prefill_completion: bool = False
     decode_memory_lending: bool = False
+    #: Lent memory never exceeds this share of decode memory (phi).
+    lend_cap_fraction: float = 0.5
     decode_runs_prefill: bool = False
     extra: dict[str, object] = field(default_factory=dict)
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 from basin.errors import BasinInputError
 from basin.policy.base import Policy
+from basin.policy.basin import BasinPolicy, BasinPriorPolicy, make_basin, make_basin_prior
 from basin.policy.hicache import HiCachePolicy
 
 _FACTORIES: dict[str, Callable[..., Policy]] = {
     HiCachePolicy.name: HiCachePolicy,
+    BasinPolicy.name: make_basin,
+    BasinPriorPolicy.name: make_basin_prior,
 }
 
 
@@ -17,13 +21,18 @@ def policy_names() -> list[str]:
     return sorted(_FACTORIES)
 
 
-def make_policy(name: str, **params: object) -> Policy:
+def make_policy(name: str, context: dict[str, object] | None = None, **params: object) -> Policy:
+    """A policy by name. ``context`` carries what a run knows (deployment,
+    workload); a factory receives the entries its signature asks for."""
     try:
         factory = _FACTORIES[name]
     except KeyError:
         raise BasinInputError(
             f"unknown system '{name}': use one of {', '.join(policy_names())}"
         ) from None
+    if context:
+        accepted = inspect.signature(factory).parameters
+        params = {**{k: v for k, v in context.items() if k in accepted}, **params}
     try:
         return factory(**params)
     except TypeError as exc:

@@ -23,6 +23,7 @@ from typing import Callable
 
 from basin.sim.config import DecodeProfile
 from basin.sim.events import ENGINE, EventLoop
+from basin.sim.lending import LentMemory
 from basin.sim.sessions import Request
 
 _INF = float("inf")
@@ -59,6 +60,9 @@ class DecodeInstance:
         self.wake_steps = 0
         self.wake_t = _INF
         self.steps_total = 0
+        #: Memory lent as prefix cache (BASIN); decode allocations reclaim it first.
+        self.lending: LentMemory | None = None
+        self.held_by_prefill: Callable[[int, int], bool] = lambda uid, tokens: False
 
     # ------------------------------------------------------------ reservation
     def _sort_key(self, req: Request) -> float:
@@ -79,8 +83,21 @@ class DecodeInstance:
         heapq.heapify(self.wait)
 
     @property
+    def lent(self) -> int:
+        return self.lending.lent if self.lending is not None else 0
+
+    @property
     def free_tokens(self) -> int:
-        return self.capacity - self.used
+        return self.capacity - self.used - self.lent
+
+    def free_beyond_demand(self) -> int:
+        """Free memory after what the wait queue asks for (lending headroom)."""
+        waiting = sum(r.prompt + r.generated + self.reserve_out for _, _, r in self.wait if not r.cancelled)
+        return self.free_tokens - waiting
+
+    def _reclaim(self, tokens: int) -> None:
+        if self.lending is not None and tokens > 0:
+            self.lending.reclaim(tokens, self.held_by_prefill)
 
     def admit_waiting(self) -> None:
         """Reserve memory for the wait queue's head while it fits (in order)."""
@@ -91,8 +108,10 @@ class DecodeInstance:
                 heapq.heappop(wait)
                 continue
             need = req.prompt + req.generated + self.reserve_out
-            if need > self.capacity - self.used:
-                break
+            if need > self.free_tokens:
+                self._reclaim(need - self.free_tokens)
+                if need > self.free_tokens:
+                    break
             heapq.heappop(wait)
             self.used += need
             req.reserved = need
@@ -173,7 +192,7 @@ class DecodeInstance:
         if self.cross_heap:
             target = min(target, self.cross_heap[0][0] - self.step)
         if self.n_growing:
-            target = min(target, max(1, (self.capacity - self.used) // self.n_growing))
+            target = min(target, max(1, self.free_tokens // self.n_growing))
         if self.pending:
             target = 1
         self._set_wake(max(target, 0))
@@ -205,7 +224,9 @@ class DecodeInstance:
             if req in self.batch and not req.growing:
                 req.growing = True
                 self.n_growing += 1
-        while self.n_growing and self.capacity - self.used < self.n_growing:
+        if self.n_growing and self.free_tokens < self.n_growing:
+            self._reclaim(self.n_growing - self.free_tokens)
+        while self.n_growing and self.free_tokens < self.n_growing:
             self._retract_youngest()
         cap = self.profile.max_running_requests
         while self.pending and len(self.batch) < cap:

@@ -29,6 +29,7 @@ from basin.sim.cache import RadixCache
 from basin.sim.config import Deployment, HardwareProfile
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import CLIENT, CONTROL, ENGINE, SAMPLE, EventLoop
+from basin.sim.lending import LendingConfig, LentMemory, LentTier
 from basin.sim.prefill import PrefillInstance
 from basin.sim.recorder import Recorder
 from basin.sim.router import choose_decode, choose_prefill
@@ -101,6 +102,16 @@ class Simulator:
                            self._decode_reserved, self._call_finished)
             for i in range(dep.decode_instances)
         ]
+        self.lent_tier: LentTier | None = None
+        self._lending_on = False
+        if policy.needs.decode_memory_lending:
+            lending = LendingConfig(cap_fraction=policy.needs.lend_cap_fraction)
+            for d in self.decodes:
+                d.lending = LentMemory(d.capacity, lending)
+                d.held_by_prefill = self._prefill_holds
+            self.lent_tier = LentTier([d.lending for d in self.decodes], lending)
+            for p in self.prefills:
+                p.lower_tiers.append(self.lent_tier)
         self.sessions: list[SessionState] = []
         self.active: set[SessionState] = set()
         self.active_by_tag: Counter[str] = Counter()
@@ -264,6 +275,8 @@ class Simulator:
         s.context_tokens += req.output
         last = s.done
         pin_s = self.policy.on_call_finished(s.uid, s.context_tokens, last, now)
+        if self.lent_tier is not None:
+            self._lend(s, req, keep=not (last or s.terminated))
         if last or s.terminated:
             self._end_session(s, completed=last and not s.terminated)
             return
@@ -283,6 +296,24 @@ class Simulator:
             s.finished_s = now
             self.recorder.session_done()
         self.policy.on_session_finished(s.uid, now)
+
+    # -------------------------------------------------------------- lending
+    def _lend(self, s: SessionState, req: Request, keep: bool) -> None:
+        """After a call, its decode instance may keep the prompt as a unit."""
+        tier = self.lent_tier
+        d = req.decode
+        assert tier is not None and d.lending is not None
+        if keep and self._lending_on and not d.waiting and d.lending.adopt(s.uid, req.prompt, d.free_beyond_demand()):
+            tier.record(s.uid, d.index)
+        else:
+            tier.forget(s.uid)
+        d.lending.maintain(d.free_beyond_demand(), self._prefill_holds)
+
+    def _prefill_holds(self, uid: int, tokens: int) -> bool:
+        s = self.sessions[uid]
+        if s.last_prefill < 0 or not s.key:
+            return False
+        return self.prefills[s.last_prefill].cache.peek(s.key) >= tokens
 
     # ------------------------------------------------------------ TTL pins
     def _pin(self, s: SessionState, req: Request, pin_s: float) -> None:
@@ -329,7 +360,7 @@ class Simulator:
             arrival_rate_per_min=(len(self.arrival_times) - since) / window_min if window_min > 0 else 0.0,
             gpu_cache_tokens=hw.prefill.prefix_cache_tokens * len(self.prefills),
             host_cache_tokens=sum(p.cache.host_capacity for p in self.prefills),
-            lent_cache_tokens=0,
+            lent_cache_tokens=self.lent_tier.lent_tokens if self.lent_tier is not None else 0,
             decode_kv_tokens=decode_cap,
         )
 
@@ -360,6 +391,12 @@ class Simulator:
                 if s.held_call:
                     s.held_call = False
                     self._issue(s)
+        if self.lent_tier is not None:
+            self._lending_on = d.lend_decode_memory
+            if not self._lending_on:
+                for dec in self.decodes:
+                    assert dec.lending is not None
+                    dec.lending.maintain(dec.free_beyond_demand(), self._prefill_holds)
         if d.order_by_priority != self._ordered:
             self._ordered = d.order_by_priority
             for p in self.prefills:
@@ -395,6 +432,7 @@ class Simulator:
     def _sample(self, minute: int) -> None:
         reserved_idle = sum(d.reserved_idle for d in self.decodes)
         decode_used = sum(d.used for d in self.decodes)
+        lent = self.lent_tier.lent_tokens if self.lent_tier is not None else 0
         gauges = {
             "active_sessions": len(self.active),
             "parked_sessions": len(self.parked),
@@ -404,6 +442,7 @@ class Simulator:
             "decode_kv_decoding_tokens": decode_used - reserved_idle,
             "decode_kv_reserved_idle_tokens": reserved_idle,
             "decode_kv_capacity_tokens": sum(d.capacity for d in self.decodes),
+            "decode_kv_lent_tokens": lent,
             "prefill_queue_len": sum(len(p.queue) for p in self.prefills),
             "decode_wait_len": sum(d.waiting for d in self.decodes),
             "decode_running": sum(len(d.batch) for d in self.decodes),

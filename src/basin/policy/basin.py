@@ -1,0 +1,330 @@
+"""BASIN: the session controller of the paper (section 6, Algorithm 1).
+
+Four mechanisms, each engaged only when its condition holds:
+
+* a fixed session priority ``p = arrival + predicted peak / r``, assigned at
+  the first call and used by the parked queue, the prefill queue and the
+  decode-memory queue alike (smaller, earlier sessions first; later arrivals
+  stop overtaking a session after ``predicted peak / r`` seconds);
+* admission by predicted peak context (Denning's working set): while the
+  working set ``W = N c`` is at the reference budget ``B0`` (a margin below
+  the profiled cache cliff, capped by the effective cache), a first call
+  enters only if the residents' predicted peaks plus its own fit the adapted
+  budget ``B``, or no resident remains;
+* decode memory lent as a cache tier once ``W`` nears the cliff;
+* shedding of the lowest-priority parked session when long-run arrivals
+  exceed the profiled peak departure rate and admission has stalled.
+
+``B`` adapts to the hit rate in the manner of page-fault-frequency control:
+raised while reuse stays on its healthy plateau and sessions wait, lowered
+when reuse falls, always within a bounded range around ``B0``. Controls are
+released only after their condition has stayed clear for a cool-down.
+
+``basin-prior`` is the earlier arrival-time controller the hardware prototype
+ran: arrival-order priority and admission by current context.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from basin.policy.base import Admission, ControlDecision, EngineNeeds, Policy, SessionInfo, Signals
+
+_INF = float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class BasinParams:
+    """Section 6.6's parameters and the implementation settings (section 7.9)."""
+
+    interval_s: float = 30.0
+    busy_interval_s: float = 5.0
+    margin: float = 0.9
+    alpha_lend: float = 0.8
+    alpha_order: float = 0.9
+    alpha_release: float = 0.8
+    lend_cap: float = 0.5
+    shed_horizon_s: float = 15 * 60.0
+    priority_rate_tokens_per_s: float = 30.0
+    # implementation settings
+    cooldown_s: float = 120.0
+    backlog_ticks: int = 2
+    backlog_tokens: int = 16_384
+    context_smoothing_s: float = 600.0
+    budget_low: float = 0.5
+    budget_high: float = 2.0
+    budget_step: float = 0.1
+    plateau_drop: float = 0.05
+    plateau_smoothing_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class CliffSummary:
+    """What the controller needs of the offline profile."""
+
+    kappa: float = 1.0
+    x_knee: float = 1.9
+    lambda_c_per_min: float = _INF
+    origin: str = "reference curve (no profile)"
+
+
+@dataclass(slots=True)
+class _Session:
+    arrival_s: float
+    peak_hat: float
+    prio: float
+    context: int = 0
+    admitted: bool = False
+
+
+@dataclass(slots=True)
+class ControllerState:
+    """Everything the controller carries between ticks (exposed for tests and
+    the gateway's state endpoint)."""
+
+    admit: bool = False
+    order: bool = False
+    lend: bool = False
+    budget: float = _INF
+    b0: float = _INF
+    working_set: float = 0.0
+    context_mean: float = 0.0
+    plateau: float = math.nan
+    reserved: float = 0.0
+    residents: int = 0
+    last_admit_cond_s: float = -_INF
+    last_order_cond_s: float = -_INF
+    last_lend_cond_s: float = -_INF
+    backlog_ticks: int = 0
+    last_tick_s: float | None = None
+    shed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class BasinPolicy(Policy):
+    name = "basin"
+    #: The arrival-time controller orders by arrival and admits by current context.
+    prior = False
+
+    def __init__(self, predictor: object | None = None, cliff: CliffSummary | None = None,
+                 params: BasinParams | None = None, **overrides: float):
+        base = params or BasinParams()
+        self.params = _with_overrides(base, overrides)
+        self.needs = EngineNeeds(
+            reserve_decode_at_prefill_completion=True,
+            decode_memory_lending=True,
+            lend_cap_fraction=self.params.lend_cap,
+        )
+        self.cliff = cliff or CliffSummary()
+        self.predictor = predictor
+        self.sessions: dict[int, _Session] = {}
+        self.state = ControllerState()
+
+    # ------------------------------------------------------------ sessions
+    def _predict(self, info: SessionInfo) -> float:
+        if self.prior or self.predictor is None:
+            return float(info.first_prompt_tokens)
+        return float(self.predictor.predict_peak_tokens(  # type: ignore[attr-defined]
+            info.task_text, info.first_prompt_tokens, info.session_id, info.oracle_peak_tokens))
+
+    def _register(self, info: SessionInfo) -> _Session:
+        peak = max(self._predict(info), float(info.first_prompt_tokens))
+        prio = info.arrival_s if self.prior else info.arrival_s + peak / self.params.priority_rate_tokens_per_s
+        sess = _Session(info.arrival_s, peak, prio, context=info.first_prompt_tokens)
+        self.sessions[info.uid] = sess
+        return sess
+
+    def _demand(self, sess: _Session) -> float:
+        """What a session reserves against the budget: its predicted peak, or
+        (prior controller) its current context."""
+        return float(sess.context) if self.prior else sess.peak_hat
+
+    def _admit(self, sess: _Session) -> None:
+        sess.admitted = True
+        self.state.residents += 1
+        self.state.reserved += self._demand(sess) if not self.prior else 0.0
+
+    def _fits(self, sess: _Session, signals: Signals | None, admitted_now: int = 0) -> bool:
+        st = self.state
+        if st.residents == 0 or st.budget == _INF:
+            return True
+        if self.prior:
+            live = (signals.working_set_tokens if signals is not None else st.working_set)
+            return live + (admitted_now + 1) * max(st.context_mean, sess.context) <= st.budget
+        return st.reserved + sess.peak_hat <= st.budget
+
+    def on_session_arrival(self, info: SessionInfo, signals: Signals) -> Admission:
+        sess = self._register(info)
+        st = self.state
+        waiting = [s for s in self.sessions.values() if not s.admitted and s is not sess]
+        ahead = any(s.prio <= sess.prio for s in waiting)
+        if not ahead and (not st.admit or self._fits(sess, signals)):
+            self._admit(sess)
+            return Admission.ADMIT
+        return Admission.PARK
+
+    def attach(self, active: Sequence[SessionInfo], now_s: float) -> None:
+        for info in active:
+            self._admit(self._register(info))
+
+    def on_call_issued(self, uid: int, prompt_tokens: int, now_s: float) -> None:
+        sess = self.sessions.get(uid)
+        if sess is not None:
+            sess.context = prompt_tokens
+
+    def on_call_finished(self, uid: int, context_tokens: int, last_call: bool, now_s: float) -> float:
+        sess = self.sessions.get(uid)
+        if sess is not None:
+            sess.context = context_tokens
+        return 0.0
+
+    def on_session_finished(self, uid: int, now_s: float) -> None:
+        sess = self.sessions.pop(uid, None)
+        if sess is not None and sess.admitted:
+            self.state.residents -= 1
+            if not self.prior:
+                self.state.reserved -= sess.peak_hat
+
+    def priority_key(self, uid: int) -> float | None:
+        sess = self.sessions.get(uid)
+        return sess.prio if sess is not None else None
+
+    # -------------------------------------------------------------- control
+    def control(self, signals: Signals, parked: Sequence[int]) -> ControlDecision:
+        p, st, now = self.params, self.state, signals.now_s
+        dt = 0.0 if st.last_tick_s is None else max(now - st.last_tick_s, 0.0)
+        st.last_tick_s = now
+        # Working set W = N c, with a smoothed mean context.
+        c_now = signals.mean_context_tokens
+        if c_now > 0:
+            w = 1.0 if st.context_mean == 0 else 1.0 - math.exp(-dt / p.context_smoothing_s)
+            st.context_mean += w * (c_now - st.context_mean)
+        st.working_set = signals.active_sessions * st.context_mean
+        W = st.working_set
+        # Budgets: from the prefill tiers, then with lent capacity.
+        kx = p.margin * self.cliff.kappa * self.cliff.x_knee
+        C = max(signals.gpu_cache_tokens, signals.host_cache_tokens)
+        b00 = min(kx * C, C)
+        lent = min(signals.lent_cache_tokens, p.lend_cap * signals.decode_kv_tokens)
+        c_eff = max(C, signals.gpu_cache_tokens + lent)
+        st.b0 = b0 = min(kx * c_eff, c_eff)
+        # Entry: activation at B0, release below alpha_R B0 after a cool-down.
+        if W >= b0 or (st.admit and W >= p.alpha_release * b0):
+            st.last_admit_cond_s = now
+        was_admitting = st.admit
+        st.admit = (now - st.last_admit_cond_s) < p.cooldown_s if st.admit else W >= b0
+        h = signals.hit_rate
+        lo, hi = p.budget_low * b0, p.budget_high * b0
+        if st.admit:
+            if not was_admitting or st.budget == _INF:
+                st.budget = b0
+            elif not math.isnan(h) and not math.isnan(st.plateau):
+                if h >= st.plateau - p.plateau_drop and parked:
+                    st.budget = min(st.budget * (1 + p.budget_step), hi)
+                elif h < st.plateau - 2 * p.plateau_drop:
+                    st.budget = min(st.budget * (1 - p.budget_step), max(st.reserved, lo))
+            st.budget = min(max(st.budget, lo), hi)
+        elif parked:
+            st.budget = b0 if st.budget == _INF else min(st.budget * (1 + p.budget_step), hi)
+        else:
+            st.budget = _INF
+            if math.isnan(st.plateau):
+                st.plateau = h
+            elif not math.isnan(h):
+                st.plateau += (1.0 - math.exp(-dt / p.plateau_smoothing_s)) * (h - st.plateau)
+        # Ordering: a persistent backlog, W near the cliff, or admission active.
+        backlog = signals.prefill_backlog_tokens > p.backlog_tokens or signals.decode_wait_requests > 0
+        st.backlog_ticks = st.backlog_ticks + 1 if backlog else 0
+        if st.backlog_ticks >= p.backlog_ticks or W >= p.alpha_order * b0 or st.admit:
+            st.last_order_cond_s = now
+        st.order = (now - st.last_order_cond_s) < p.cooldown_s
+        # Lending: near the cliff of the prefill tiers, or while admitting.
+        if W >= p.alpha_lend * b00 or st.admit:
+            st.last_lend_cond_s = now
+        st.lend = (now - st.last_lend_cond_s) < p.cooldown_s
+        # Admission of the parked queue's heads, in priority order.
+        queue = sorted((self.sessions[u] for u in parked if u in self.sessions), key=lambda s: s.prio)
+        uid_of = {id(self.sessions[u]): u for u in parked if u in self.sessions}
+        release: list[int] = []
+        for sess in queue:
+            if not self._fits(sess, signals, len(release)):
+                break
+            self._admit(sess)
+            release.append(uid_of[id(sess)])
+        # Shedding: persistent excess demand, one session per interval.
+        shed: tuple[int, ...] = ()
+        waiting = queue[len(release):]
+        if (waiting and signals.arrival_rate_per_min > self.cliff.lambda_c_per_min
+                and now - waiting[0].arrival_s > p.shed_horizon_s):
+            victim = waiting[-1]
+            shed = (uid_of[id(victim)],)
+            self.sessions.pop(shed[0], None)
+            st.shed += 1
+        busy = st.admit or st.order or st.lend or bool(waiting) or backlog
+        return ControlDecision(
+            release=tuple(release), shed=shed, order_by_priority=st.order, lend_decode_memory=st.lend,
+            next_tick_s=p.busy_interval_s if busy else p.interval_s,
+        )
+
+
+class BasinPriorPolicy(BasinPolicy):
+    """The arrival-time controller of the hardware prototype."""
+
+    name = "basin-prior"
+    prior = True
+
+
+def make_basin(predictor: str = "ridge", workload: str | None = None, deployment: str | None = None,
+               profile: str | None = None, prior: bool = False, **params: float) -> BasinPolicy:
+    """BASIN for a run: its peak-context predictor (``ridge`` fitted on the
+    run's workload, ``oracle``, ``noisy:SIGMA``) and its cliff profile (a
+    file, or the shipped profile of the run's deployment)."""
+    cliff = load_cliff(profile, deployment)
+    if prior:
+        return BasinPriorPolicy(None, cliff, **params)
+    from basin.predict.peak import make_predictor
+
+    return BasinPolicy(make_predictor(predictor, workload), cliff, **params)
+
+
+def make_basin_prior(deployment: str | None = None, profile: str | None = None, **params: float) -> BasinPolicy:
+    return make_basin(deployment=deployment, profile=profile, prior=True, **params)
+
+
+def load_cliff(profile: str | None, deployment: str | None) -> CliffSummary:
+    """The cliff scale and peak departure rate from an offline profile; with
+    none shipped, the reference curve and the deployment's critical rate."""
+    from basin.errors import BasinInputError
+    from basin.predict.profile import default_profile_path, load_profile
+
+    path = profile
+    if path is None and deployment is not None:
+        candidate = default_profile_path(deployment)
+        path = str(candidate) if candidate.exists() else None
+    if path is not None:
+        prof = load_profile(path)
+        return CliffSummary(prof.kappa, prof.x_knee, prof.lambda_c_per_min, origin=str(path))
+    if deployment is None:
+        return CliffSummary()
+    from basin.sim.config import load_deployment
+
+    try:
+        dep = load_deployment(deployment)
+    except BasinInputError:
+        return CliffSummary()
+    rate = dep.critical_rate_per_min if dep.critical_rate_per_min is not None else _INF
+    return CliffSummary(lambda_c_per_min=rate, origin=f"reference curve; critical rate of {dep.name}")
+
+
+def _with_overrides(params: BasinParams, overrides: dict[str, float]) -> BasinParams:
+    if not overrides:
+        return params
+    known = {f for f in BasinParams.__dataclass_fields__}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise TypeError(f"unknown BASIN parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    from dataclasses import replace
+
+    return replace(params, **overrides)
