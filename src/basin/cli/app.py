@@ -26,6 +26,9 @@ def _register() -> None:
     app.add_typer(workload.app, name="workload")
     app.add_typer(cache.app, name="cache")
     app.command("run")(run.run)
+    from basin.cli import ablate
+
+    app.command("ablate")(ablate.ablate)
 
 
 _register()

@@ -73,9 +73,13 @@ def schedule_for(scenario: Scenario, base: float) -> PoissonSchedule:
 
 
 def run_scenario(scenario: Scenario, system: str | None = None,
-                 progress: Callable[[float], None] | None = None) -> ScenarioRun:
+                 progress: Callable[[float], None] | None = None,
+                 params: dict[str, object] | None = None) -> ScenarioRun:
+    """Simulate ``scenario`` under ``system`` (default: the scenario's policy,
+    with its ``policy_params``; ``params`` replaces them)."""
     system = system or scenario.policy
-    params = scenario.policy_params if system == scenario.policy else {}
+    if params is None:
+        params = scenario.policy_params if system == scenario.policy else {}
     dep = deployment_for(scenario)
     context = {"deployment": profile_name(dep), "workload": scenario.workload.name}
     policy = make_policy(system, context, **params)

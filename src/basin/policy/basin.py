@@ -58,6 +58,11 @@ class BasinParams:
     budget_step: float = 0.1
     plateau_drop: float = 0.05
     plateau_smoothing_s: float = 600.0
+    # mechanisms, each removable for ablations (Fig. 23)
+    priority: bool = True
+    admission: bool = True
+    lending: bool = True
+    shedding: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +114,7 @@ class BasinPolicy(Policy):
     prior = False
 
     def __init__(self, predictor: object | None = None, cliff: CliffSummary | None = None,
-                 params: BasinParams | None = None, **overrides: float):
+                 params: BasinParams | None = None, **overrides: object):
         base = params or BasinParams()
         self.params = _with_overrides(base, overrides)
         self.needs = EngineNeeds(
@@ -189,7 +194,7 @@ class BasinPolicy(Policy):
 
     def priority_key(self, uid: int) -> float | None:
         sess = self.sessions.get(uid)
-        return sess.prio if sess is not None else None
+        return sess.prio if sess is not None and self.params.priority else None
 
     # -------------------------------------------------------------- control
     def control(self, signals: Signals, parked: Sequence[int]) -> ControlDecision:
@@ -211,10 +216,10 @@ class BasinPolicy(Policy):
         c_eff = max(C, signals.gpu_cache_tokens + lent)
         st.b0 = b0 = min(kx * c_eff, c_eff)
         # Entry: activation at B0, release below alpha_R B0 after a cool-down.
-        if W >= b0 or (st.admit and W >= p.alpha_release * b0):
+        if p.admission and (W >= b0 or (st.admit and W >= p.alpha_release * b0)):
             st.last_admit_cond_s = now
         was_admitting = st.admit
-        st.admit = (now - st.last_admit_cond_s) < p.cooldown_s if st.admit else W >= b0
+        st.admit = (now - st.last_admit_cond_s) < p.cooldown_s if st.admit else (p.admission and W >= b0)
         h = signals.hit_rate
         lo, hi = p.budget_low * b0, p.budget_high * b0
         if st.admit:
@@ -239,11 +244,11 @@ class BasinPolicy(Policy):
         st.backlog_ticks = st.backlog_ticks + 1 if backlog else 0
         if st.backlog_ticks >= p.backlog_ticks or W >= p.alpha_order * b0 or st.admit:
             st.last_order_cond_s = now
-        st.order = (now - st.last_order_cond_s) < p.cooldown_s
+        st.order = p.priority and (now - st.last_order_cond_s) < p.cooldown_s
         # Lending: near the cliff of the prefill tiers, or while admitting.
         if W >= p.alpha_lend * b00 or st.admit:
             st.last_lend_cond_s = now
-        st.lend = (now - st.last_lend_cond_s) < p.cooldown_s
+        st.lend = p.lending and (now - st.last_lend_cond_s) < p.cooldown_s
         # Admission of the parked queue's heads, in priority order.
         queue = sorted((self.sessions[u] for u in parked if u in self.sessions), key=lambda s: s.prio)
         uid_of = {id(self.sessions[u]): u for u in parked if u in self.sessions}
@@ -256,7 +261,7 @@ class BasinPolicy(Policy):
         # Shedding: persistent excess demand, one session per interval.
         shed: tuple[int, ...] = ()
         waiting = queue[len(release):]
-        if (waiting and signals.arrival_rate_per_min > self.cliff.lambda_c_per_min
+        if (p.shedding and waiting and signals.arrival_rate_per_min > self.cliff.lambda_c_per_min
                 and now - waiting[0].arrival_s > p.shed_horizon_s):
             victim = waiting[-1]
             shed = (uid_of[id(victim)],)
@@ -277,7 +282,7 @@ class BasinPriorPolicy(BasinPolicy):
 
 
 def make_basin(predictor: str = "ridge", workload: str | None = None, deployment: str | None = None,
-               profile: str | None = None, prior: bool = False, **params: float) -> BasinPolicy:
+               profile: str | None = None, prior: bool = False, **params: object) -> BasinPolicy:
     """BASIN for a run: its peak-context predictor (``ridge`` fitted on the
     run's workload, ``oracle``, ``noisy:SIGMA``) and its cliff profile (a
     file, or the shipped profile of the run's deployment)."""
@@ -289,7 +294,7 @@ def make_basin(predictor: str = "ridge", workload: str | None = None, deployment
     return BasinPolicy(make_predictor(predictor, workload), cliff, **params)
 
 
-def make_basin_prior(deployment: str | None = None, profile: str | None = None, **params: float) -> BasinPolicy:
+def make_basin_prior(deployment: str | None = None, profile: str | None = None, **params: object) -> BasinPolicy:
     return make_basin(deployment=deployment, profile=profile, prior=True, **params)
 
 
@@ -318,7 +323,7 @@ def load_cliff(profile: str | None, deployment: str | None) -> CliffSummary:
     return CliffSummary(lambda_c_per_min=rate, origin=f"reference curve; critical rate of {dep.name}")
 
 
-def _with_overrides(params: BasinParams, overrides: dict[str, float]) -> BasinParams:
+def _with_overrides(params: BasinParams, overrides: dict[str, object]) -> BasinParams:
     if not overrides:
         return params
     known = {f for f in BasinParams.__dataclass_fields__}
