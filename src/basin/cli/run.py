@@ -18,8 +18,9 @@ _err = Console(stderr=True)
 def run(
     scenario: str = typer.Argument(..., help="Scenario name (see scenarios/) or a YAML file."),
     system: Optional[list[str]] = typer.Option(None, "--system", "-s",
-                                                help="Control policy to run; repeat for several. "
-                                                     "Default: the scenario's policy."),
+                                                help="Control policy to run; repeat for several; 'all' "
+                                                     "for every registered policy. Default: the scenario's "
+                                                     "policy."),
     set_: Optional[list[str]] = typer.Option(None, "--set", help="Override a scenario field, "
                                                                  "e.g. --set surge.factor=2.0"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Override the scenario's seed."),
@@ -36,15 +37,19 @@ def run(
     from basin.experiments.runner import run_scenario
     from basin.experiments.scenario import load_scenario
     from basin.metrics.io import write_run
-    from basin.policy.registry import make_policy
+    from basin.errors import BasinInputError
+    from basin.policy.registry import policy_names
 
     overrides = list(set_ or [])
     if seed is not None:
         overrides.append(f"seed={seed}")
     sc = load_scenario(scenario, overrides)
-    systems = list(system or [sc.policy])
-    for name in systems:
-        make_policy(name)  # unknown names fail before any simulation
+    from basin.experiments.compare import expand_systems
+
+    systems = expand_systems(system or [sc.policy])  # 'all': every registered policy
+    unknown = [name for name in systems if name not in policy_names()]
+    if unknown:  # fail before any simulation
+        raise BasinInputError(f"unknown system(s) {', '.join(unknown)}: use one of {', '.join(policy_names())}")
     out_dir = out or Path("results") / sc.name
     runs = []
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),

@@ -41,12 +41,6 @@ def deployment_for(scenario: Scenario) -> Deployment:
     return dep
 
 
-def profile_name(dep: Deployment) -> str:
-    """The name a deployment's offline profile is filed under: GPU-only and
-    host-tier variants of one deployment have different cliffs."""
-    return dep.name if dep.host_ratio > 0 else f"{dep.name}-gpuonly"
-
-
 def base_rate_per_min(scenario: Scenario, dep: Deployment) -> float:
     arr = scenario.arrivals
     if arr.base_per_min is not None:
@@ -81,7 +75,8 @@ def run_scenario(scenario: Scenario, system: str | None = None,
     if params is None:
         params = scenario.policy_params if system == scenario.policy else {}
     dep = deployment_for(scenario)
-    context = {"deployment": profile_name(dep), "workload": scenario.workload.name}
+    context = {"deployment": scenario.deployment, "host_ratio": scenario.host_ratio,
+               "workload": scenario.workload.name}
     policy = make_policy(system, context, **params)
     hardware = load_hardware(dep.hardware)
     workload = build_workload(scenario.workload, scenario.seed)

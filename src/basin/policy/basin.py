@@ -282,11 +282,12 @@ class BasinPriorPolicy(BasinPolicy):
 
 
 def make_basin(predictor: str = "ridge", workload: str | None = None, deployment: str | None = None,
-               profile: str | None = None, prior: bool = False, **params: object) -> BasinPolicy:
+               host_ratio: float | None = None, profile: str | None = None, prior: bool = False,
+               **params: object) -> BasinPolicy:
     """BASIN for a run: its peak-context predictor (``ridge`` fitted on the
     run's workload, ``oracle``, ``noisy:SIGMA``) and its cliff profile (a
-    file, or the shipped profile of the run's deployment)."""
-    cliff = load_cliff(profile, deployment)
+    file, or the shipped profile of the run's deployment and cache tier)."""
+    cliff = load_cliff(profile, deployment, workload, host_ratio)
     if prior:
         return BasinPriorPolicy(None, cliff, **params)
     from basin.predict.peak import make_predictor
@@ -294,31 +295,33 @@ def make_basin(predictor: str = "ridge", workload: str | None = None, deployment
     return BasinPolicy(make_predictor(predictor, workload), cliff, **params)
 
 
-def make_basin_prior(deployment: str | None = None, profile: str | None = None, **params: object) -> BasinPolicy:
-    return make_basin(deployment=deployment, profile=profile, prior=True, **params)
+def make_basin_prior(deployment: str | None = None, host_ratio: float | None = None,
+                     profile: str | None = None, **params: object) -> BasinPolicy:
+    return make_basin(deployment=deployment, host_ratio=host_ratio, profile=profile, prior=True, **params)
 
 
-def load_cliff(profile: str | None, deployment: str | None) -> CliffSummary:
-    """The cliff scale and peak departure rate from an offline profile; with
-    none shipped, the reference curve and the deployment's critical rate."""
-    from basin.errors import BasinInputError
-    from basin.predict.profile import default_profile_path, load_profile
+def load_cliff(profile: str | None, deployment: str | None, workload: str | None = None,
+               host_ratio: float | None = None) -> CliffSummary:
+    """The cliff scale and peak departure rate from the offline profile (a
+    file, or ``profiles/basin/`` for the deployment, its cache tier and the
+    workload, falling back to the default workload's); with none, the
+    reference curve and the deployment's critical rate."""
+    from basin.predict.profile import DEFAULT_WORKLOAD, default_profile_path, load_profile
+    from basin.sim.config import load_deployment
 
     path = profile
     if path is None and deployment is not None:
-        candidate = default_profile_path(deployment)
-        path = str(candidate) if candidate.exists() else None
+        for wl in dict.fromkeys([workload or DEFAULT_WORKLOAD, DEFAULT_WORKLOAD]):
+            candidate = default_profile_path(deployment, workload=wl, host_ratio=host_ratio)
+            if candidate.exists():
+                path = str(candidate)
+                break
     if path is not None:
         prof = load_profile(path)
         return CliffSummary(prof.kappa, prof.x_knee, prof.lambda_c_per_min, origin=str(path))
     if deployment is None:
         return CliffSummary()
-    from basin.sim.config import load_deployment
-
-    try:
-        dep = load_deployment(deployment)
-    except BasinInputError:
-        return CliffSummary()
+    dep = load_deployment(deployment)
     rate = dep.critical_rate_per_min if dep.critical_rate_per_min is not None else _INF
     return CliffSummary(lambda_c_per_min=rate, origin=f"reference curve; critical rate of {dep.name}")
 
