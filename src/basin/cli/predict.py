@@ -1,0 +1,129 @@
+"""``basin predict ...``: evaluate and fit BASIN's peak-context predictor (docs/predictor.md)."""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from basin.errors import BasinInputError
+
+app = typer.Typer(help="Peak-context predictor: cross-fitted evaluation and fitting.", no_args_is_help=True)
+
+
+class GroupBy(str, enum.Enum):
+    """What a cross-fitting fold holds out whole."""
+
+    TASK = "task"
+    SESSION = "session"
+
+
+_WORKLOAD = typer.Argument(..., metavar="NAME|FILE", help="A workload preset name or a workload file.")
+_FOLDS = typer.Option(10, "--folds",
+                      help="Cross-fitting folds of whole tasks (more than the tasks: leave-one-task-out).")
+_FOLD_SEED = typer.Option(0, "--fold-seed", help="Seed of the task-to-fold assignment.")
+_SESSIONS = typer.Option(None, "--sessions", help="Synthetic size, or a seeded sample (default: all).")
+_SEED = typer.Option(0, "--seed", help="Seed for synthetic presets and sampling.")
+
+
+def _jsonable(d: dict[str, object]) -> dict[str, object]:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+
+
+def _print_table(title: str, rows: dict[str, object]) -> None:
+    table = Table(title=title)
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    for key, value in rows.items():
+        if value is None:
+            text = "-"
+        elif isinstance(value, float):
+            text = f"{value:.3f}" if abs(value) < 100 else f"{value:,.0f}"
+        else:
+            text = str(value)
+        table.add_row(key, text)
+    Console().print(table)
+
+
+@app.command("eval")
+def eval_cmd(
+    spec: str = _WORKLOAD,
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    folds: int = _FOLDS,
+    fold_seed: int = _FOLD_SEED,
+    group_by: GroupBy = typer.Option(GroupBy.TASK, "--group-by",
+                                     help="Hold out whole tasks (honest) or single sessions (leaks reruns)."),
+    lengths_only: bool = typer.Option(False, "--lengths-only", help="Drop the TF-IDF text features (ablation)."),
+    sessions: int | None = _SESSIONS,
+    seed: int = _SEED,
+) -> None:
+    """Cross-fitted accuracy of the ridge peak predictor on a workload.
+
+    Every session is predicted by a model fitted without its task (all reruns
+    of a task text sit in one fold; vocabulary, IDF, centring and the ridge
+    penalty come from the training folds only). Prints the Spearman rank
+    correlation of prediction and peak context and the standard deviation of
+    the log error.
+
+    Example:
+
+        basin predict eval terminal-bench --json
+    """
+    from basin.predict.peak import evaluate
+    from basin.workload.presets import resolve_workload
+
+    w = resolve_workload(spec, seed=seed, n_sessions=sessions)
+    ev = evaluate(w, folds=folds, seed=fold_seed, use_text=not lengths_only, group_by=group_by.value)
+    out = _jsonable(ev.to_dict())
+    if as_json:
+        typer.echo(json.dumps(out))
+        return
+    _print_table(f"peak predictor, cross-fitted on {spec}", out)
+
+
+@app.command("fit")
+def fit_cmd(
+    spec: str = _WORKLOAD,
+    out: Path | None = typer.Option(None, "--out", help="Model file to write (default: the cache runs read)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the model's metadata as JSON."),
+    folds: int = _FOLDS,
+    fold_seed: int = _FOLD_SEED,
+    sessions: int | None = _SESSIONS,
+    seed: int = _SEED,
+) -> None:
+    """Fit the ridge peak predictor of a workload and save it (joblib).
+
+    Saves the all-data model and the cross-fitted fold models (a session of
+    a task seen in fitting is answered by the fold model that held it out).
+    Without --out the model goes to the cache that the "ridge" predictor spec
+    reads ($BASIN_CACHE_DIR/predict, default ~/.cache/basin-serve/predict);
+    runs use it when it was fitted on the workload's default draw with the
+    default folds and fold seed. Load another file with the spec ridge:FILE.
+
+    Example:
+
+        basin predict fit swebench-deepseek --out models/swebench-deepseek.joblib
+    """
+    from basin.predict.peak import DEFAULT_FOLDS, DEFAULT_SEED, RidgePeakPredictor, default_model_path
+    from basin.workload.presets import resolve_workload
+
+    if out is not None and out.is_dir():
+        raise BasinInputError(f"--out {out}: is a directory; name a file, e.g. {out / (spec + '.joblib')}")
+    w = resolve_workload(spec, seed=seed, n_sessions=sessions)
+    predictor = RidgePeakPredictor.fit(w, folds=folds, seed=fold_seed)
+    path = predictor.save(out if out is not None else default_model_path(w, folds=folds, seed=fold_seed))
+    meta = _jsonable({**predictor.meta, "path": str(path)})
+    if as_json:
+        typer.echo(json.dumps(meta))
+        return
+    _print_table(f"peak predictor of {spec}", {k: v for k, v in meta.items() if k != "fingerprint"})
+    default_draw = sessions is None and seed == 0
+    if out is None and default_draw and folds == DEFAULT_FOLDS and fold_seed == DEFAULT_SEED:
+        typer.echo(f"the 'ridge' predictor of {spec} will load {path}")
+    else:
+        typer.echo(f"wrote {path}; use it with the predictor spec ridge:{path}")
