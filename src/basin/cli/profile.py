@@ -1,0 +1,120 @@
+"""``basin profile``: BASIN's offline cliff profile of a deployment (docs/profiler.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from basin.errors import BasinInputError
+
+_err = Console(stderr=True)
+
+
+def profile(
+    deployment: str = typer.Argument(..., help="Deployment name (profiles/deployments/), a YAML file, "
+                                               "or a shape such as 2P4D-h200."),
+    workload: str = typer.Option("terminal-bench", "--workload", "-w",
+                                 help="Workload preset or file the ramp draws sessions from."),
+    router: Optional[str] = typer.Option(None, "--router", "-r",
+                                         help="Prefill router: cache-aware, affinity or least-loaded "
+                                              "(default: the deployment's). Profile each router you run."),
+    host_ratio: Optional[float] = typer.Option(None, "--host-ratio",
+                                               help="Host tier as a multiple of the GPU prefix cache, "
+                                                    "overriding the deployment's (0: GPU-only)."),
+    repeats: int = typer.Option(3, "--repeats", "-n", help="Ramps with seeds SEED, SEED+1, ...; the profile "
+                                                           "keeps the lower quartile of kappa."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the first ramp."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Profile file (.yaml, .yml or .json); default "
+                                                           "profiles/basin/<deployment>[-<router>][-<workload>].yaml."),
+    as_json: bool = typer.Option(False, "--json", help="Print the profile's summary as one JSON object."),
+    plot: bool = typer.Option(True, "--plot/--no-plot", help="Write a PNG of the ramp next to the profile file."),
+    start_rate: Optional[float] = typer.Option(None, "--start-rate", help="First step's session rate per minute "
+                                                                          "(default: 0.2 x the estimated knee rate)."),
+    end_rate: Optional[float] = typer.Option(None, "--end-rate", help="Last step's session rate per minute "
+                                                                      "(default: 1.6 x the estimated knee rate)."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Number of rate steps (default 15, geometric)."),
+    step_min: Optional[int] = typer.Option(None, "--step-min", help="Minutes per step (default 15)."),
+    settle_min: Optional[int] = typer.Option(None, "--settle-min", help="Minutes of each step left out of its "
+                                                                        "completion rate (default 5)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Processes running ramps (default: CPU count)."),
+) -> None:
+    """Profile a deployment's cache cliff (kappa) and peak departure rate (lambda_c) with stepped load ramps.
+
+    Example:
+
+        basin profile 2p6d-h200 --router least-loaded --repeats 3
+    """
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from basin.predict.profile import (
+        default_profile_path,
+        default_ramp,
+        plot_profile,
+        profile_deployment,
+        resolve_deployment,
+        save_profile,
+    )
+
+    if repeats < 1:
+        raise BasinInputError(f"--repeats {repeats}: give at least 1 ramp (3 is the default)")
+    if workers is not None and workers < 1:
+        raise BasinInputError(f"--workers {workers}: give at least 1 process")
+    if out is not None and out.suffix.lower() not in (".yaml", ".yml", ".json"):
+        raise BasinInputError(f"--out {out}: a profile file ends in .yaml, .yml or .json")
+    dep = resolve_deployment(deployment, router, host_ratio)
+    overrides = {name: value for name, value in (
+        ("start_per_min", start_rate), ("end_per_min", end_rate), ("steps", steps),
+        ("step_min", step_min), ("settle_min", settle_min)) if value is not None}
+    ramp = default_ramp(dep, workload, seed=seed, **overrides)
+    path = out or default_profile_path(deployment, router, workload, host_ratio)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} ramps"),
+                  TimeElapsedColumn(), console=_err, transient=as_json, auto_refresh=False) as bar:
+        # No refresh thread: the ramps run in forked workers.
+        task = bar.add_task(f"profiling {dep.name} ({dep.router})", total=repeats)
+        bar.refresh()
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+            bar.refresh()
+
+        prof = profile_deployment(dep, workload, repeats=repeats, seed=seed, progress=advance, ramp=ramp,
+                                  workers=workers)
+    save_profile(prof, path)
+    png = path.with_suffix(".png") if plot else None
+    if png is not None:
+        plot_profile(prof, png)
+    critical = dep.critical_rate_per_min
+    if as_json:
+        data = prof.to_dict()
+        data.pop("runs")
+        data.update(path=str(path), plot=str(png) if png else None, deployment_critical_rate_per_min=critical)
+        typer.echo(json.dumps(data))
+        return
+    table = Table(title=f"cliff profile: {prof.deployment} ({prof.router}, {prof.workload})")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_row("kappa (lower quartile)", f"{prof.kappa:.3f}")
+    table.add_row("kappa per ramp", ", ".join(f"{k:.3f}" for k in prof.kappas))
+    table.add_row("cliff W/C_eff = kappa x_k", f"{prof.cliff_ratio:.2f}  (x_k = {prof.x_knee:g})")
+    table.add_row("cliff W_c", f"{prof.cliff_tokens / 1e6:.2f}M tokens")
+    table.add_row("C_gpu / C_host / C_eff", f"{prof.gpu_cache_tokens / 1e6:.2f}M / {prof.host_cache_tokens / 1e6:.2f}M"
+                  f" / {prof.effective_cache_tokens / 1e6:.2f}M")
+    table.add_row("lambda_c (median)", f"{prof.lambda_c_per_min:.2f} sessions/min")
+    table.add_row("lambda_c per ramp", ", ".join(_f(v) for v in prof.lambda_c_per_repeat))
+    table.add_row("highest healthy step rate (median)", f"{_f(prof.critical_rate_per_min)} sessions/min")
+    table.add_row("deployment's critical_rate_per_min", _f(critical))
+    table.add_row("hit plateau / floor", f"{prof.plateau_hit:.2f} / {prof.floor_hit:.2f}")
+    table.add_row("ramp", f"{prof.ramp.start_per_min:g}-{prof.ramp.end_per_min:g}/min, {prof.ramp.steps} steps "
+                  f"x {prof.ramp.step_min} min")
+    Console().print(table)
+    _err.print(f"profile in {path}" + (f", plot in {png}" if png else ""))
+
+
+def _f(value: float | None) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"

@@ -1,0 +1,256 @@
+"""BASIN's cliff profiler: the kappa fit, the lower quartile, profile files,
+input errors, and one small real ramp through the ``basin profile`` command."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from basin.cli.app import main
+from basin.errors import BasinInputError
+from basin.predict import profile as prof_mod
+from basin.predict.cliff import X_KNEE, fit_kappa, lower_quartile, reference_hit, reference_shape
+from basin.predict.profile import (
+    CliffProfile,
+    RampRun,
+    RampSettings,
+    default_profile_path,
+    load_profile,
+    profile_deployment,
+    profile_from_dict,
+    save_profile,
+)
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, " ".join(err.split())
+
+
+def _ramp_like_points(kappa: float, rng: np.random.Generator, noise: float = 0.03,
+                      n: int = 80) -> tuple[np.ndarray, np.ndarray]:
+    """Windows of a ramp: many on the plateau, a few through the fall, a tail on the floor."""
+    knee = kappa * X_KNEE
+    x = np.concatenate([rng.uniform(0.2, 0.9 * knee, n // 2), rng.uniform(0.85 * knee, 1.2 * knee, n // 8),
+                        rng.uniform(1.2 * knee, 3.0 * knee, n - n // 2 - n // 8)])
+    hit = np.clip(reference_hit(x, kappa, 0.95, 0.08) + rng.normal(0.0, noise, x.size), 0.0, 1.0)
+    return x, hit
+
+
+# ---------------------------------------------------------------------------
+# the reference curve and the fit
+
+
+def test_reference_curve_has_plateau_knee_and_floor() -> None:
+    assert reference_shape(0.0) == pytest.approx(1.0)
+    assert reference_shape(0.9) == pytest.approx(1.0, abs=1e-4)  # flat up to the cache
+    assert reference_shape(X_KNEE) == pytest.approx(0.4)  # the sag (0.2) times half the fall
+    assert reference_shape(3 * X_KNEE) < 1e-6
+    x = np.linspace(0.0, 10.0, 500)
+    assert np.all(np.diff(reference_shape(x)) <= 1e-12)  # never rises
+    assert reference_hit(2.0 * X_KNEE, 2.0, 0.9, 0.1) == pytest.approx(reference_hit(X_KNEE, 1.0, 0.9, 0.1))
+
+
+@pytest.mark.parametrize("kappa", [0.55, 0.81, 1.0, 1.38, 2.5])
+def test_fit_recovers_a_known_kappa_from_noisy_points(kappa: float) -> None:
+    rng = np.random.default_rng(int(kappa * 100))
+    x, hit = _ramp_like_points(kappa, rng)
+    fit = fit_kappa(x, hit)
+    assert fit.kappa == pytest.approx(kappa, rel=0.03)
+    assert fit.plateau == pytest.approx(0.95, abs=0.03)
+    assert fit.floor == pytest.approx(0.08, abs=0.03)
+    assert fit.rmse == pytest.approx(0.03, abs=0.01)
+    assert fit.cliff_ratio == pytest.approx(fit.kappa * X_KNEE)
+    assert fit.n_plateau_side + fit.n_floor_side == x.size
+
+
+def test_fit_keeps_plateau_and_floor_inside_zero_one() -> None:
+    # Hit rates pinned at 1 then 0: the unconstrained optimum would overshoot.
+    x = np.array([0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 2.4, 3.0, 4.0, 5.0])
+    hit = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    fit = fit_kappa(x, hit)
+    assert 0.0 <= fit.floor <= fit.plateau <= 1.0
+    assert 1.2 < fit.cliff_ratio < 2.4
+
+
+def test_fit_refuses_ramps_without_a_cliff() -> None:
+    rng = np.random.default_rng(3)
+    flat_x = rng.uniform(0.1, 1.2, 40)
+    with pytest.raises(BasinInputError, match="no cliff.*--end-rate"):
+        fit_kappa(flat_x, np.clip(0.93 + rng.normal(0, 0.02, 40), 0, 1))
+    # Stops right at the fall: one window past the knee.
+    x = np.concatenate([np.linspace(0.2, 1.8, 30), [2.4]])
+    hit = reference_hit(x, 1.0, 0.95, 0.05)
+    with pytest.raises(BasinInputError, match="ended at the cliff"):
+        fit_kappa(x, hit)
+    with pytest.raises(BasinInputError, match="usable windows"):
+        fit_kappa([0.5, 3.0], [0.9, 0.1])
+    with pytest.raises(BasinInputError, match="one of each"):
+        fit_kappa([0.5, 1.0, 2.0], [0.9, 0.8])
+    with pytest.raises(BasinInputError, match="between 0 and 1"):
+        fit_kappa(np.linspace(0.1, 4, 10), np.full(10, 1.5))
+
+
+def test_lower_quartile_of_repeats() -> None:
+    assert lower_quartile([1.0, 2.0, 3.0]) == pytest.approx(1.5)  # halfway from the smallest to the median
+    assert lower_quartile([3.0, 1.0, 2.0]) == pytest.approx(1.5)  # order does not matter
+    assert lower_quartile([0.9, 1.1, 1.0, 1.2]) == pytest.approx(0.975)
+    assert lower_quartile([0.8]) == pytest.approx(0.8)
+    with pytest.raises(BasinInputError, match="one or more finite"):
+        lower_quartile([])
+    with pytest.raises(BasinInputError, match="one or more finite"):
+        lower_quartile([1.0, float("nan")])
+
+
+# ---------------------------------------------------------------------------
+# profile files
+
+
+def _handmade_profile() -> CliffProfile:
+    ramp = RampSettings(start_per_min=2.0, end_per_min=8.0, steps=3, step_min=6, settle_min=2,
+                        warm_sessions=12, workload_sessions=300)
+    runs = tuple(
+        RampRun(seed=s, kappa=k, plateau_hit=0.93, floor_hit=0.07, fit_rmse=0.04, lambda_c_per_min=lam,
+                critical_rate_per_min=4.0, step_rate_per_min=ramp.rates(),
+                step_arrivals_per_min=(2.25, 4.0, 7.5), step_completions_per_min=(2.0, 3.75, 1.5),
+                step_active_sessions=(14.5, 30.25, 120.0), step_hit_rate=(0.95, 0.9, 0.1),
+                step_working_set_ratio=(0.4, 1.1, 3.2), points_x=(0.4, 0.5, 1.1, 3.2), points_hit=(0.95, 0.94, 0.9, 0.1))
+        for s, k, lam in ((0, 1.1, 4.5), (1, 0.9, 3.75), (2, 1.25, 4.25)))
+    kappas = tuple(r.kappa for r in runs)
+    return CliffProfile(
+        deployment="1p1d-h100", router="cache-aware", workload="terminal-bench", kappa=lower_quartile(kappas),
+        x_knee=X_KNEE, lambda_c_per_min=4.25, gpu_cache_tokens=1_090_000, host_cache_tokens=0, kappas=kappas,
+        lambda_c_per_repeat=tuple(r.lambda_c_per_min for r in runs), critical_rate_per_min=4.0,
+        plateau_hit=0.93, floor_hit=0.07, hardware="h100-nvl", prefill_instances=1, decode_instances=1,
+        host_ratio=0.0, seed=0, ramp=ramp, runs=runs)
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_profile_file_round_trip(tmp_path: Path, suffix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    original = _handmade_profile()
+    path = save_profile(original, tmp_path / f"p{suffix}")
+    loaded = load_profile(path)
+    assert loaded == original
+    assert loaded.kappa == pytest.approx(1.0)  # lower quartile of 0.9, 1.1, 1.25
+    assert loaded.effective_cache_tokens == 1_090_000
+    assert loaded.cliff_tokens == pytest.approx(1.0 * X_KNEE * 1_090_000)
+    assert float(loaded.hit(0.3)) == pytest.approx(0.93, abs=1e-6)
+    # By name, from the profile directory.
+    monkeypatch.setattr(prof_mod, "BASIN_PROFILE_DIR", tmp_path)
+    assert load_profile("p") == original
+    assert profile_from_dict(original.to_dict()) == original
+
+
+def test_default_profile_paths() -> None:
+    base = prof_mod.BASIN_PROFILE_DIR
+    assert default_profile_path("1p3d-h200") == base / "1p3d-h200.yaml"
+    assert default_profile_path("1p3d-h200", host_ratio=0) == base / "1p3d-h200-gpu-only.yaml"
+    assert default_profile_path("1p3d-h200", host_ratio=2) == base / "1p3d-h200.yaml"  # the deployment's own
+    assert default_profile_path("1p1d-h100", router="affinity") == base / "1p1d-h100.yaml"  # one prefill: no router
+    assert default_profile_path("2p6d-h200") == base / "2p6d-h200-cache-aware.yaml"
+    assert default_profile_path("2p6d-h200", "least-loaded", "swe-pro") == base / "2p6d-h200-least-loaded-swe-pro.yaml"
+    with pytest.raises(BasinInputError, match="basin profile 2p6d-h200 --router affinity --workload swe-pro"):
+        prof_mod.profile_for("2p6d-h200", "affinity", "swe-pro")
+
+
+def test_bad_profile_files_name_the_field(tmp_path: Path) -> None:
+    data = _handmade_profile().to_dict()
+    bad = dict(data, kappa=-1.0)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(BasinInputError, match="field 'kappa'.*positive"):
+        load_profile(path)
+    path.write_text(json.dumps({k: v for k, v in data.items() if k != "lambda_c_per_min"}))
+    with pytest.raises(BasinInputError, match="field 'lambda_c_per_min'"):
+        load_profile(path)
+    path.write_text(json.dumps(dict(data, kind="scenario")))
+    with pytest.raises(BasinInputError, match="not a BASIN cliff profile"):
+        load_profile(path)
+    path.write_text(json.dumps(dict(data, ramp=dict(data["ramp"], steps=1))))
+    with pytest.raises(BasinInputError, match="field 'ramp'.*steps"):
+        load_profile(path)
+    with pytest.raises(BasinInputError, match="profile file not found"):
+        load_profile(tmp_path / "missing.yaml")
+    with pytest.raises(BasinInputError, match="unknown profile 'no-such'"):
+        load_profile("no-such")
+
+
+# ---------------------------------------------------------------------------
+# bad input
+
+
+def test_bad_profiling_input_names_the_field_and_fix() -> None:
+    with pytest.raises(BasinInputError, match=r"repeats \(--repeats\)"):
+        profile_deployment("1p1d-h100", repeats=0)
+    with pytest.raises(BasinInputError, match="router 'round-robin': use one of cache-aware"):
+        profile_deployment("2p6d-h200", router="round-robin")
+    with pytest.raises(BasinInputError, match=r"host_ratio \(--host-ratio\).*GPU-only"):
+        profile_deployment("1p3d-h200", host_ratio=-1.0)
+    with pytest.raises(BasinInputError, match="unknown deployment"):
+        profile_deployment("9x9-nothing")
+    with pytest.raises(BasinInputError, match=r"end_per_min \(--end-rate\).*must rise"):
+        RampSettings(start_per_min=5.0, end_per_min=4.0)
+    with pytest.raises(BasinInputError, match="settle_min"):
+        RampSettings(start_per_min=1.0, end_per_min=4.0, step_min=4, settle_min=3)
+    with pytest.raises(BasinInputError, match="unknown setting 'rate'"):
+        prof_mod.default_ramp("1p1d-h100", rate=3.0)
+
+
+def test_cli_rejects_bad_options_cleanly(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = _run(capsys, "profile", "2p6d-h200", "--router", "random")
+    assert code == 2 and "router 'random'" in err
+    code, _, err = _run(capsys, "profile", "1p1d-h100", "--out", str(tmp_path / "p.txt"))
+    assert code == 2 and ".yaml, .yml or .json" in err
+    code, _, err = _run(capsys, "profile", "1p1d-h100", "--start-rate", "0")
+    assert code == 2 and "--start-rate" in err
+
+
+# ---------------------------------------------------------------------------
+# one small real ramp
+
+
+def test_small_real_ramp_gives_a_sane_profile(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "small.yaml"
+    code, stdout, err = _run(capsys, "profile", "1p1d-h100", "--repeats", "2", "--workers", "2",
+                             "--start-rate", "3", "--end-rate", "12", "--steps", "6", "--step-min", "8",
+                             "--settle-min", "2", "--out", str(out), "--json")
+    assert code == 0, err
+    summary = json.loads(stdout)
+    assert summary["path"] == str(out) and Path(summary["plot"]).stat().st_size > 10_000
+    p = load_profile(out)
+    assert (p.deployment, p.router, p.workload, p.host_ratio) == ("1p1d-h100", "cache-aware", "terminal-bench", 0.0)
+    assert p.repeats == 2 and [r.seed for r in p.runs] == [0, 1]
+    assert p.kappa == pytest.approx(lower_quartile(p.kappas), abs=1e-4)
+    assert 0.6 < p.kappa < 2.0  # GPU-only H100: the cliff lies near twice the cache
+    assert p.plateau_hit > 0.85 and p.floor_hit < 0.5
+    assert 3.0 < p.lambda_c_per_min < 8.0
+    assert p.lambda_c_per_min == pytest.approx(float(np.median(p.lambda_c_per_repeat)), abs=1e-4)
+    assert p.gpu_cache_tokens == 1_090_000 and p.host_cache_tokens == 0
+    assert p.ramp.rates()[0] == pytest.approx(3.0) and p.ramp.rates()[-1] == pytest.approx(12.0)
+    assert summary["kappa"] == p.kappa and "runs" not in summary
+    for run in p.runs:
+        assert len(run.step_completions_per_min) == 6
+        assert run.lambda_c_per_min == pytest.approx(max(run.step_completions_per_min))
+        assert len(run.points_x) == len(run.points_hit) > 10
+
+
+def test_shipped_profiles_load_and_are_consistent() -> None:
+    shipped = sorted(prof_mod.BASIN_PROFILE_DIR.glob("*.yaml"))
+    if not shipped:
+        pytest.skip("no profiles shipped yet")
+    for path in shipped:
+        p = load_profile(path)
+        assert path.stem == prof_mod.profile_name(p.deployment, p.router, p.workload, p.host_ratio), path
+        assert p.kappa == pytest.approx(lower_quartile(p.kappas), abs=1e-4), path
+        assert p.lambda_c_per_min > 0 and math.isfinite(p.cliff_tokens), path
+        assert dataclasses.replace(p) == p
