@@ -22,13 +22,24 @@ _err = Console(stderr=True)
 
 def _register() -> None:
     from basin.cli import cache, run, workload
+    from basin.cli import predict
 
     app.add_typer(workload.app, name="workload")
     app.add_typer(cache.app, name="cache")
+    app.add_typer(predict.app, name="predict")
+    from basin.cli import model
+
+    app.add_typer(model.app, name="model")
     app.command("run")(run.run)
+    from basin.cli import compare
+
+    app.command("compare")(compare.compare)
     from basin.cli import ablate
 
     app.command("ablate")(ablate.ablate)
+    from basin.cli import profile
+
+    app.command("profile")(profile.profile)
 
 
 _register()

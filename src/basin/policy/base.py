@@ -116,6 +116,10 @@ class Policy:
         """A session's next call left the client (its tool gap is over)."""
         return None
 
+    def on_call_held(self, uid: int, now_s: float) -> None:
+        """A paused session's next call is ready and held until it is resumed."""
+        return None
+
     def on_call_finished(self, uid: int, context_tokens: int, last_call: bool, now_s: float) -> float:
         """Returns seconds to pin the session's cached prefix (0: no pin)."""
         return 0.0

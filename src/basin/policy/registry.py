@@ -8,10 +8,20 @@ from typing import Callable
 from basin.errors import BasinInputError
 from basin.policy.base import Policy
 from basin.policy.basin import BasinPolicy, BasinPriorPolicy, make_basin, make_basin_prior
+from basin.policy.composition import CompositionPolicy
+from basin.policy.concur import ConcurPolicy
+from basin.policy.continuum import ContinuumPolicy
+from basin.policy.crossflow import CrossflowPolicy
 from basin.policy.hicache import HiCachePolicy
+from basin.policy.thunderagent import ThunderAgentPolicy
 
 _FACTORIES: dict[str, Callable[..., Policy]] = {
     HiCachePolicy.name: HiCachePolicy,
+    ContinuumPolicy.name: ContinuumPolicy,
+    ThunderAgentPolicy.name: ThunderAgentPolicy,
+    ConcurPolicy.name: ConcurPolicy,
+    CrossflowPolicy.name: CrossflowPolicy,
+    CompositionPolicy.name: CompositionPolicy,
     BasinPolicy.name: make_basin,
     BasinPriorPolicy.name: make_basin_prior,
 }

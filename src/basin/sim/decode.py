@@ -60,6 +60,10 @@ class DecodeInstance:
         self.wake_steps = 0
         self.wake_t = _INF
         self.steps_total = 0
+        #: Prefill borrowing (basin.sim.borrow): the lease of this instance,
+        #: and the extra time of the next step for a borrowed prefill chunk.
+        self.borrower = None
+        self.step_extra_s = 0.0
         #: Memory lent as prefix cache (BASIN); decode allocations reclaim it first.
         self.lending: LentMemory | None = None
         self.held_by_prefill: Callable[[int, int], bool] = lambda uid, tokens: False
@@ -130,7 +134,8 @@ class DecodeInstance:
     def _coeffs(self) -> tuple[float, float]:
         p = self.profile
         b = len(self.batch)
-        a = p.step_base_s + p.step_per_request_s * b + p.step_per_context_token_s * self.ctx_sum
+        a = (p.step_base_s + p.step_per_request_s * b + p.step_per_context_token_s * self.ctx_sum
+             + self.step_extra_s)
         return a, p.step_per_context_token_s * b
 
     @staticmethod
@@ -154,7 +159,7 @@ class DecodeInstance:
         """The request's KV arrived; it decodes from the next step boundary."""
         now = self.loop.now
         self.reserved_idle -= req.reserved
-        if not self.batch or now == self.epoch_t:
+        if (not self.batch and self.wake_t == _INF) or now == self.epoch_t:
             # Nothing running, or a step boundary right now: join at once.
             self.epoch_t = now
             self._add(req)
@@ -183,6 +188,8 @@ class DecodeInstance:
         self.loop.at(self.wake_t, ENGINE, self._on_wake, self.gen)
 
     def _schedule(self) -> None:
+        if self.borrower is not None and self.borrower.plan_step():
+            return  # one mixed step with a borrowed prefill chunk
         if not self.batch:
             self.gen += 1
             self.wake_steps = 0
@@ -210,6 +217,8 @@ class DecodeInstance:
             self.steps_total += m
             self.ctx_sum += b * m
             self.used += self.n_growing * m
+            if self.borrower is not None:
+                self.borrower.step_done(m)
         self.epoch_t = now
         finished: list[Request] = []
         heap = self.finish_heap
@@ -263,7 +272,12 @@ class DecodeInstance:
         req.session.itl_violations += violations
 
     def _retract_youngest(self) -> None:
-        victim = max(self.batch, key=lambda r: (r.join_step, r.seq))
+        # Ordered queues: the request whose session has the largest priority
+        # key goes (Continuum's youngest program); otherwise the latest joined.
+        if self.ordered:
+            victim = max(self.batch, key=lambda r: (self._sort_key(r), r.join_step, r.seq))
+        else:
+            victim = max(self.batch, key=lambda r: (r.join_step, r.seq))
         ran = self.step - victim.join_step
         self._remove(victim)
         victim.generated += ran

@@ -25,6 +25,7 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 
 from basin.policy.base import Admission, ControlDecision, Policy, SessionInfo, Signals
+from basin.sim.borrow import Borrowing, attach_borrowing
 from basin.sim.cache import RadixCache
 from basin.sim.config import Deployment, HardwareProfile
 from basin.sim.decode import DecodeInstance
@@ -73,6 +74,8 @@ class RunResult:
     timeseries: dict[str, np.ndarray]
     events: int
     cache_stats: list[dict[str, int]] = field(default_factory=list)
+    #: Prefill computed on decode instances (empty without borrowing).
+    borrow_stats: dict[str, int] = field(default_factory=dict)
 
 
 class Simulator:
@@ -102,6 +105,11 @@ class Simulator:
                            self._decode_reserved, self._call_finished)
             for i in range(dep.decode_instances)
         ]
+        # Decode instances run prefill chunks under an ITL lease (Crossflow).
+        self.borrowing: Borrowing | None = None
+        if policy.needs.decode_runs_prefill:
+            self.borrowing = attach_borrowing(self.decodes, hw.prefill, hw.itl_slo_s, self.loop,
+                                              policy.needs.extra.get("borrow"))  # type: ignore[arg-type]
         self.lent_tier: LentTier | None = None
         self._lending_on = False
         if policy.needs.decode_memory_lending:
@@ -148,6 +156,7 @@ class Simulator:
             timeseries=self.recorder.timeseries_table(),
             events=loop.events_run,
             cache_stats=[dataclasses.asdict(p.cache.stats) for p in self.prefills],
+            borrow_stats=self.borrowing.stats() if self.borrowing is not None else {},
         )
 
     def _warm_start(self, warm: list[SessionState]) -> None:
@@ -212,6 +221,7 @@ class Simulator:
             return
         if s.paused:
             s.held_call = True
+            self.policy.on_call_held(s.uid, self.loop.now)
             return
         now = self.loop.now
         self._unpin(s)
@@ -222,8 +232,9 @@ class Simulator:
         req = Request(s, k, key, self._req_seq, now)
         if first:
             req.issued_s = s.arrival_s
-        req.prio = self.policy.priority_key(s.uid)
+        # The policy hears of the call first, so its key can reflect the moment.
         self.policy.on_call_issued(s.uid, req.prompt, now)
+        req.prio = self.policy.priority_key(s.uid)
         s.inflight = req
         self.working_set += req.prompt - s.context_tokens
         s.context_tokens = req.prompt
@@ -248,6 +259,8 @@ class Simulator:
             self.loop.at(self.loop.now + self.config.hardware.transfer_s, ENGINE, self._transferred, req)
         else:
             req.prefill.enqueue(req)
+            if self.borrowing is not None:
+                self.borrowing.queued(req)
 
     def _prefill_done(self, req: Request) -> None:
         self.recorder.prefill_done(req)

@@ -1,0 +1,406 @@
+"""Systems over scenarios (the paper's Fig. 14): run every (scenario, system,
+seed) in parallel, relate each goodput to the best system of its scenario and
+each median slowdown to the lowest, and draw the comparison.
+
+Besides the run summary, each run reports two things the summary does not:
+the wait of new sessions until their first token (arrival to the first call's
+first token, the wait a non-parking system imposes inside the engine; a
+session whose first call never finished counts with the time it had waited by
+the run's end), and the hit rate and new-session wait in 5-minute bins, for the
+time-series figure (the paper's Fig. 13).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from basin.errors import BasinInputError
+
+#: Display order (the paper's); systems registered later follow alphabetically.
+PAPER_ORDER = ("hicache", "thunderagent", "concur", "continuum", "crossflow", "composition", "basin-prior", "basin")
+BIN_MIN = 5.0
+DOC_BEGIN = "<!-- compare:begin -->"
+DOC_END = "<!-- compare:end -->"
+
+
+def expand_systems(names: Sequence[str]) -> list[str]:
+    """Replace ``all`` by every registered policy (paper order first); drop repeats."""
+    from basin.policy.registry import policy_names
+
+    registered = policy_names()
+    every = [n for n in PAPER_ORDER if n in registered] + [n for n in registered if n not in PAPER_ORDER]
+    out: list[str] = []
+    for name in names:
+        for n in (every if name == "all" else [name]):
+            if n not in out:
+                out.append(n)
+    unknown = [n for n in out if n not in registered]
+    if unknown:  # fail before any simulation
+        raise BasinInputError(f"unknown system(s) {', '.join(unknown)}: use one of {', '.join(registered)} or all")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioInfo:
+    name: str
+    shape: str        # "1P3D"
+    kind: str         # "x5 surge", "tools x3", "GPU only"
+    duration_min: float
+    surge: tuple[float, float] | None
+
+
+def describe(scenario_name: str, overrides: Sequence[str] = ()) -> ScenarioInfo:
+    from basin.experiments.runner import deployment_for
+    from basin.experiments.scenario import load_scenario
+
+    sc = load_scenario(scenario_name, list(overrides))
+    dep = deployment_for(sc)
+    if dep.host_ratio == 0:
+        kind = "GPU only"
+    elif sc.workload.tool_time != 1.0:
+        kind = f"tools x{sc.workload.tool_time:g}"
+    elif sc.surge.factor != 1.0:
+        kind = f"x{sc.surge.factor:g} surge"
+    else:
+        kind = "steady"
+    surge = (sc.surge.start_min, sc.surge.end_min) if sc.trigger_min is not None else None
+    return ScenarioInfo(sc.name, dep.shape, kind, sc.duration_min, surge)
+
+
+@dataclass(slots=True)
+class CompareRow:
+    scenario: str
+    system: str
+    shape: str
+    kind: str
+    seeds: tuple[int, ...]
+    goodput_per_h: float
+    completed_fraction: float
+    shed_fraction: float
+    state: str
+    hit_rate_pre: float
+    hit_rate_final: float
+    first_call_wait_p50_s: float
+    first_call_wait_p90_s: float
+    first_token_wait_p50_s: float
+    first_token_wait_p90_s: float
+    slowdown_p50: float
+    ttft_p90_s: float
+    itl_violating_share: float
+    active_sessions_final: float
+    goodput_pct_of_best: float = math.nan
+    slowdown_pct_of_lowest: float = math.nan
+    #: Per seed, for the record.
+    goodput_by_seed: tuple[float, ...] = ()
+    state_by_seed: tuple[str, ...] = ()
+    borrowed_tokens: int = 0
+    #: 5-minute bins: (bin start minute, hit rate of calls, median new-session wait to first token).
+    bins: list[tuple[float, float, float]] = field(default_factory=list)
+
+
+def _first_token_waits(calls: dict, sessions: dict, duration_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(arrival, wait) of non-warm, non-shed sessions: arrival to the first
+    token of their first call, censored at the run's end."""
+    arrival = sessions["arrival_s"]
+    keep = ~(sessions["warm"].astype(bool) | sessions["shed"].astype(bool))
+    first = np.full(len(arrival), np.nan)
+    idx = calls["call_index"] == 0
+    first[calls["session_uid"][idx].astype(int)] = calls["first_token_s"][idx]
+    wait = np.where(np.isnan(first), duration_s - arrival, first - arrival)
+    return arrival[keep], wait[keep]
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else math.nan
+
+
+def run_one(job: tuple[str, tuple[str, ...], str, int]) -> dict[str, object]:
+    """One run; returns plain numbers (it crosses a process boundary)."""
+    from basin.experiments.runner import run_scenario
+    from basin.experiments.scenario import load_scenario
+
+    scenario, overrides, system, seed = job
+    sc = load_scenario(scenario, [*overrides, f"seed={seed}"])
+    result = run_scenario(sc, system)
+    s = result.summary
+    calls, sessions = result.result.calls, result.result.sessions
+    arrivals, all_waits = _first_token_waits(calls, sessions, s.duration_s)
+    waits = all_waits[arrivals < s.measure_end_s]
+    bins = []
+    n_bins = int(sc.duration_min // BIN_MIN)
+    issued = calls["first_token_s"]
+    prompt = calls["prompt_tokens"].astype(float)
+    hit = (calls["cached_tokens"] + calls["loaded_tokens"]).astype(float)
+    for b in range(n_bins):
+        lo, hi = b * BIN_MIN * 60.0, (b + 1) * BIN_MIN * 60.0
+        sel = (issued >= lo) & (issued < hi)
+        rate = float(hit[sel].sum() / prompt[sel].sum()) if prompt[sel].sum() > 0 else math.nan
+        w = all_waits[(arrivals >= lo) & (arrivals < hi)]
+        bins.append((b * BIN_MIN, rate, float(np.median(w)) if len(w) else math.nan))
+    borrowed = int(result.result.borrow_stats.get("tokens", 0))
+    return {
+        "scenario": scenario, "system": system, "seed": seed,
+        "goodput_per_h": s.goodput_per_h, "completed_fraction": s.completed_fraction,
+        "shed_fraction": s.shed_fraction, "state": s.state.value, "hit_rate_pre": s.hit_rate_pre,
+        "hit_rate_final": s.hit_rate_final, "first_call_wait_p50_s": s.first_call_wait_p50_s,
+        "first_call_wait_p90_s": s.first_call_wait_p90_s,
+        "first_token_wait_p50_s": _pct(waits, 50), "first_token_wait_p90_s": _pct(waits, 90),
+        "slowdown_p50": s.slowdown_p50, "ttft_p90_s": s.ttft_p90_s,
+        "itl_violating_share": s.itl_violating_share, "active_sessions_final": s.active_sessions_final,
+        "borrowed_tokens": borrowed, "bins": bins,
+    }
+
+
+_MEAN_FIELDS = ("goodput_per_h", "completed_fraction", "shed_fraction", "hit_rate_pre", "hit_rate_final",
+                "first_call_wait_p50_s", "first_call_wait_p90_s", "first_token_wait_p50_s",
+                "first_token_wait_p90_s", "slowdown_p50", "ttft_p90_s", "itl_violating_share",
+                "active_sessions_final")
+
+
+def _nanmean(values: list[float]) -> float:
+    finite = [v for v in values if v is not None and not math.isnan(v)]
+    return float(np.mean(finite)) if finite else math.nan
+
+
+def aggregate(results: list[dict[str, object]], infos: dict[str, ScenarioInfo], systems: Sequence[str]) -> list[CompareRow]:
+    """Rows per (scenario, system), averaged over seeds, with the relative figures."""
+    rows: list[CompareRow] = []
+    for sc, info in infos.items():
+        for system in systems:
+            runs = sorted((r for r in results if r["scenario"] == sc and r["system"] == system),
+                          key=lambda r: r["seed"])  # type: ignore[arg-type,return-value]
+            if not runs:
+                continue
+            means = {f: _nanmean([float(r[f]) for r in runs]) for f in _MEAN_FIELDS}  # type: ignore[arg-type]
+            states = tuple(str(r["state"]) for r in runs)
+            n_bins = len(runs[0]["bins"])  # type: ignore[arg-type]
+            bins = []
+            for b in range(n_bins):
+                bins.append((runs[0]["bins"][b][0],  # type: ignore[index]
+                             _nanmean([r["bins"][b][1] for r in runs]),  # type: ignore[index]
+                             _nanmean([r["bins"][b][2] for r in runs])))  # type: ignore[index]
+            rows.append(CompareRow(
+                scenario=sc, system=system, shape=info.shape, kind=info.kind,
+                seeds=tuple(int(r["seed"]) for r in runs),  # type: ignore[arg-type]
+                state=max(set(states), key=states.count) if len(set(states)) == 1 else "/".join(states),
+                goodput_by_seed=tuple(float(r["goodput_per_h"]) for r in runs),  # type: ignore[arg-type]
+                state_by_seed=states,
+                borrowed_tokens=int(np.mean([int(r["borrowed_tokens"]) for r in runs])),  # type: ignore[arg-type]
+                bins=bins, **means,
+            ))
+    for sc in infos:
+        group = [r for r in rows if r.scenario == sc]
+        best = max((r.goodput_per_h for r in group if not math.isnan(r.goodput_per_h)), default=math.nan)
+        low = min((r.slowdown_p50 for r in group if not math.isnan(r.slowdown_p50)), default=math.nan)
+        for r in group:
+            r.goodput_pct_of_best = 100.0 * r.goodput_per_h / best if best and best > 0 else math.nan
+            r.slowdown_pct_of_lowest = 100.0 * r.slowdown_p50 / low if low and low > 0 else math.nan
+    return rows
+
+
+def run_compare(scenarios: Sequence[str], systems: Sequence[str], overrides: Sequence[str] = (),
+                seeds: Sequence[int] | None = None, workers: int | None = None,
+                progress: Callable[[int, int], None] | None = None) -> tuple[list[CompareRow], dict[str, ScenarioInfo]]:
+    """Run every system on every scenario (and seed) over a process pool."""
+    from basin.experiments.scenario import load_scenario
+
+    if not scenarios:
+        raise BasinInputError("compare needs at least one scenario")
+    infos = {name: describe(name, overrides) for name in scenarios}
+    jobs = []
+    for name in scenarios:
+        sc_seeds = list(seeds) if seeds else [load_scenario(name, list(overrides)).seed]
+        jobs += [(name, tuple(overrides), system, seed) for system in systems for seed in sc_seeds]
+    results: list[dict[str, object]] = []
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+    if workers == 1:
+        for i, job in enumerate(jobs, start=1):
+            results.append(run_one(job))
+            if progress is not None:
+                progress(i, len(jobs))
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(run_one, job) for job in jobs]
+            for i, fut in enumerate(as_completed(futures), start=1):
+                results.append(fut.result())
+                if progress is not None:
+                    progress(i, len(jobs))
+    return aggregate(results, infos, systems), infos
+
+
+# ------------------------------------------------------------------ output
+def row_dicts(rows: Sequence[CompareRow]) -> list[dict[str, object]]:
+    def clean(v: object) -> object:
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+
+    return [{k: clean(v) for k, v in asdict(r).items()} for r in rows]
+
+
+def _fmt(x: float, digits: int = 0, unit: str = "") -> str:
+    return "-" if x is None or math.isnan(x) else f"{x:.{digits}f}{unit}"
+
+
+def _dur(seconds: float) -> str:
+    if seconds is None or math.isnan(seconds):
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def markdown(rows: Sequence[CompareRow], infos: dict[str, ScenarioInfo], command: str = "") -> str:
+    systems = list(dict.fromkeys(r.system for r in rows))
+    lookup = {(r.scenario, r.system): r for r in rows}
+    lines = []
+    if command:
+        lines += [f"Produced by `{command}`.", ""]
+    head = "| system | " + " | ".join(f"{i.shape} {i.kind}" for i in infos.values()) + " |"
+    lines += ["Goodput in sessions/h, and as a percentage of the best system in the scenario:", "",
+              head, "|" + " --- |" * (len(infos) + 1)]
+    for system in systems:
+        cells = []
+        for sc in infos:
+            r = lookup.get((sc, system))
+            cells.append("-" if r is None else f"{r.goodput_per_h:.0f} ({r.goodput_pct_of_best:.0f}%)")
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    lines += ["", "Median slowdown of completed sessions (including the first-call wait), and as a "
+              "percentage of the lowest in the scenario:", "", head, "|" + " --- |" * (len(infos) + 1)]
+    for system in systems:
+        cells = []
+        for sc in infos:
+            r = lookup.get((sc, system))
+            cells.append("-" if r is None else f"{_fmt(r.slowdown_p50, 2)} ({_fmt(r.slowdown_pct_of_lowest)}%)")
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    lines += ["", "Per scenario: end state, completed share of measured sessions, prefix hit rate "
+              "before the surge and in the last 20-minute window, first-call wait at admission "
+              "(p50 / p90), new sessions' wait to their first token (p50 / p90), p90 TTFT, sessions "
+              "active at the end, and prefill tokens computed on decode instances (borrowing).", ""]
+    for sc, info in infos.items():
+        lines += [f"**{sc}** ({info.shape}, {info.kind})", "",
+                  "| system | state | completed | hit before / end | admission wait p50 / p90 | "
+                  "wait to first token p50 / p90 | TTFT p90 | active at end | borrowed |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for system in systems:
+            r = lookup.get((sc, system))
+            if r is None:
+                continue
+            borrowed = f"{r.borrowed_tokens / 1e6:.0f}M" if r.borrowed_tokens else "-"
+            lines.append(
+                f"| {system} | {r.state} | {100 * r.completed_fraction:.0f}% | "
+                f"{_fmt(r.hit_rate_pre, 2)} / {_fmt(r.hit_rate_final, 2)} | "
+                f"{_dur(r.first_call_wait_p50_s)} / {_dur(r.first_call_wait_p90_s)} | "
+                f"{_dur(r.first_token_wait_p50_s)} / {_dur(r.first_token_wait_p90_s)} | "
+                f"{_dur(r.ttft_p90_s)} | {_fmt(r.active_sessions_final)} | {borrowed} |")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def fill_doc(doc: Path, body: str) -> None:
+    """Replace what lies between the compare markers of ``doc`` with ``body``."""
+    text = doc.read_text(encoding="utf-8") if doc.exists() else f"{DOC_BEGIN}\n{DOC_END}\n"
+    pattern = re.compile(re.escape(DOC_BEGIN) + r".*?" + re.escape(DOC_END), re.S)
+    if not pattern.search(text):
+        raise BasinInputError(f"{doc}: no '{DOC_BEGIN}' ... '{DOC_END}' markers to fill")
+    doc.write_text(pattern.sub(lambda _: f"{DOC_BEGIN}\n{body}{DOC_END}", text), encoding="utf-8")
+
+
+_MARKERS = {"x5 surge": "o", "GPU only": "^"}
+
+
+def _marker(kind: str) -> str:
+    if kind.startswith("tools"):
+        return "s"
+    return _MARKERS.get(kind, "D")
+
+
+def plot_compare(rows: Sequence[CompareRow], out_png: str | os.PathLike[str]) -> None:
+    """Fig. 14: (a) goodput as % of the best per scenario, (b) median slowdown
+    as % of the lowest. One marker per scenario (shape: scenario kind; 1P3D
+    filled on the left, 1P1D hollow on the right); a bar at each system's
+    worst scenario."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    systems = list(dict.fromkeys(r.system for r in rows))
+    shapes = list(dict.fromkeys(r.shape for r in rows))
+    fig = Figure(figsize=(max(7.0, 1.25 * len(systems) + 2.0), 7.5), layout="constrained", dpi=120)
+    FigureCanvasAgg(fig)
+    ax_g, ax_s = fig.subplots(2, 1, sharex=True)
+    x = np.arange(len(systems))
+    colors = {shape: f"C{i}" for i, shape in enumerate(shapes)}
+    for ax, attr, worst in ((ax_g, "goodput_pct_of_best", min), (ax_s, "slowdown_pct_of_lowest", max)):
+        bars = []
+        for j, system in enumerate(systems):
+            vals = [getattr(r, attr) for r in rows if r.system == system and not math.isnan(getattr(r, attr))]
+            bars.append(worst(vals) if vals else np.nan)
+        ax.bar(x, bars, 0.7, color="0.88", edgecolor="0.6", zorder=1)
+        for j, v in enumerate(bars):
+            if not math.isnan(v):
+                ax.text(j - 0.33, v, f"{v:.0f}", ha="left", va="bottom", fontsize=8, color="0.3")
+        for r in rows:
+            v = getattr(r, attr)
+            if math.isnan(v):
+                continue
+            k = shapes.index(r.shape)
+            offset = (k - (len(shapes) - 1) / 2) * 0.22
+            filled = k == 0
+            ax.plot(systems.index(r.system) + offset, v, _marker(r.kind), ms=7, zorder=3,
+                    color=colors[r.shape], markerfacecolor=colors[r.shape] if filled else "white",
+                    markeredgewidth=1.5)
+        ax.grid(True, axis="y", alpha=0.3)
+    ax_g.set_ylabel("goodput, % of best")
+    ax_g.set_ylim(0, 110)
+    ax_s.set_ylabel("median slowdown, % of lowest")
+    ax_s.set_ylim(bottom=0)
+    ax_s.set_xticks(x, systems, rotation=20, ha="right")
+    handles = [Line2D([], [], ls="", marker=_marker(k), color="0.3", markerfacecolor="0.3", label=k)
+               for k in dict.fromkeys(r.kind for r in rows)]
+    handles += [Line2D([], [], ls="", marker="o", color=colors[s],
+                       markerfacecolor=colors[s] if i == 0 else "white", label=s) for i, s in enumerate(shapes)]
+    handles.append(Line2D([], [], ls="", marker="s", color="0.6", markerfacecolor="0.88", ms=10,
+                          label="worst scenario"))
+    fig.legend(handles=handles, fontsize=8, ncols=len(handles), loc="outside upper center")
+    Path(out_png).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, format="png")
+
+
+def plot_bins(rows: Sequence[CompareRow], info: ScenarioInfo, out_png: str | os.PathLike[str]) -> None:
+    """Fig. 13 for one scenario: hit rate of calls and median new-session wait
+    (arrival to first token) in 5-minute bins, per system."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11.0, 4.0), layout="constrained", dpi=120)
+    FigureCanvasAgg(fig)
+    ax_h, ax_w = fig.subplots(1, 2)
+    for i, r in enumerate(r for r in rows if r.scenario == info.name):
+        t = np.array([b[0] + BIN_MIN / 2 for b in r.bins])
+        ax_h.plot(t, [b[1] for b in r.bins], color=f"C{i}", lw=1.4, label=r.system)
+        wait = np.array([b[2] for b in r.bins], dtype=float)
+        ax_w.plot(t, np.maximum(wait, 0.1), color=f"C{i}", lw=1.4, label=r.system)
+    for ax in (ax_h, ax_w):
+        if info.surge:
+            ax.axvspan(*info.surge, color="0.88", zorder=0)
+        ax.set_xlabel("time (min)")
+        ax.grid(True, alpha=0.3)
+    ax_h.set_ylabel("prefix hit rate of calls")
+    ax_h.set_ylim(0, 1.02)
+    ax_w.set_ylabel("median wait of new sessions to first token (s)")
+    ax_w.set_yscale("log")
+    ax_w.legend(fontsize=8, ncols=2)
+    fig.suptitle(f"{info.name}: {info.shape}, {info.kind}")
+    Path(out_png).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, format="png")

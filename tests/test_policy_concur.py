@@ -1,0 +1,95 @@
+"""CONCUR's window law and turn-boundary admission on hand-made signals."""
+
+from __future__ import annotations
+
+import math
+
+from policy_helpers import info, signals
+
+from basin.policy.base import Admission
+from basin.policy.concur import ConcurPolicy
+from basin.policy.registry import make_policy
+
+
+def _policy(window: float, agents: int = 0, **kw) -> ConcurPolicy:
+    p = ConcurPolicy(w_init=window, **kw)
+    for uid in range(agents):
+        p.active[uid] = (True, float(uid))
+    return p
+
+
+def test_registered_with_the_papers_constants():
+    p = make_policy("concur")
+    assert isinstance(p, ConcurPolicy)
+    assert (p.alpha, p.beta, p.u_low, p.u_high, p.h_thresh, p.tick_s) == (2.0, 0.5, 0.2, 0.5, 0.7, 1.0)
+
+
+def test_additive_increase_below_u_low():
+    p = _policy(10.0, agents=50)
+    assert p.update_window(0.1, 0.9) == 12.0
+    assert p.update_window(0.19, float("nan")) == 14.0
+
+
+def test_multiplicative_decrease_needs_high_usage_and_a_low_hit_rate():
+    p = _policy(40.0, agents=50)
+    assert p.update_window(0.6, 0.65) == 20.0
+    assert p.update_window(0.6, 0.75) == 20.0   # reuse still fine: hold
+    assert p.update_window(0.45, 0.1) == 20.0   # usage in the hold band
+    assert p.update_window(0.9, math.nan) == 20.0  # hit rate not measured yet
+
+
+def test_window_is_clamped_to_the_population_and_to_w_min():
+    p = _policy(10.0, agents=11)
+    assert p.update_window(0.0, 0.9) == 11.0
+    for _ in range(10):
+        p.update_window(0.9, 0.1)
+    assert p.window == 1.0
+    fixed = _policy(10.0, agents=3, w_max=100.0)
+    assert fixed.update_window(0.0, 0.9) == 12.0
+
+
+def test_new_agents_enter_only_below_the_window_with_nothing_waiting():
+    p = _policy(3.0)
+    for uid in range(3):
+        assert p.on_session_arrival(info(uid), signals()) is Admission.ADMIT
+    assert p.on_session_arrival(info(3), signals()) is Admission.PARK
+    del p.active[0]
+    # Room now, but an agent is waiting: the newcomer queues behind it.
+    assert p.on_session_arrival(info(4), signals()) is Admission.PARK
+    d = p.control(signals(1.0, decode_used_fraction=0.3), [3, 4])
+    assert d.release == (3,)
+    assert list(p.parked) == [4]
+
+
+def test_over_the_window_the_agents_nearest_a_boundary_are_paused():
+    p = _policy(5.0)
+    p.active = {1: (True, 10.0), 2: (False, 12.0), 3: (True, 5.0), 4: (False, 14.0), 5: (True, 8.0),
+                6: (True, 20.0), 7: (True, 1.0)}
+    # 7 active, window 3 after the decrease (usage high, reuse low).
+    p.window = 6.0
+    d = p.control(signals(30.0, decode_used_fraction=0.8, hit_rate=0.4), [])
+    assert p.limit == 3
+    # Between calls first (latest finished first), then in flight (issued earliest first).
+    assert d.pause == (4, 2, 7, 3)
+    assert set(p.active) == {1, 5, 6} and list(p.paused) == [4, 2, 7, 3]
+
+
+def test_paused_agents_resume_fifo_before_parked_agents_are_released():
+    p = _policy(2.0)
+    p.active = {1: (True, 0.0)}
+    p.paused = {5: None, 3: None}
+    p.parked = {9: None}
+    d = p.control(signals(1.0, decode_used_fraction=0.1), [9])   # W: 2 -> 4
+    assert d.resume == (5, 3) and d.release == (9,)
+    assert set(p.active) == {1, 5, 3, 9}
+
+
+def test_turn_boundaries_update_the_active_agents():
+    p = _policy(4.0)
+    p.on_session_arrival(info(1), signals(0.0))
+    p.on_call_finished(1, 1000, False, 3.0)
+    assert p.active[1] == (False, 3.0)
+    p.on_call_issued(1, 1100, 4.0)
+    assert p.active[1] == (True, 4.0)
+    p.on_session_finished(1, 9.0)
+    assert not p.active
