@@ -5,12 +5,11 @@ scenario."""
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from basin.errors import BasinInputError
+from basin.experiments.pool import run_jobs
 
 #: name -> (system, parameters)
 VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
@@ -67,14 +66,7 @@ def run_ablation(scenarios: Sequence[str], variants: Sequence[str] | None = None
     if "basin" not in chosen:
         chosen.insert(0, "basin")
     jobs = [(sc, list(overrides), v) for sc in scenarios for v in chosen]
-    results: dict[tuple[str, str], dict[str, object]] = {}
-    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        futures = [pool.submit(_run_one, job) for job in jobs]
-        for done, fut in enumerate(as_completed(futures), start=1):
-            scenario, variant, figures = fut.result()
-            results[(scenario, variant)] = figures
-            if progress is not None:
-                progress(done, len(jobs))
+    results = {(sc, v): figures for sc, v, figures in run_jobs(_run_one, jobs, workers, progress)}
     rows = []
     for sc in scenarios:
         full = float(results[(sc, "basin")]["goodput_per_h"])  # type: ignore[arg-type]

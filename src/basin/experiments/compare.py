@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -23,6 +22,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from basin.errors import BasinInputError
+from basin.experiments.pool import run_jobs
 
 #: Display order (the paper's); systems registered later follow alphabetically.
 PAPER_ORDER = ("hicache", "thunderagent", "concur", "continuum", "crossflow", "composition", "basin-prior", "basin")
@@ -219,20 +219,7 @@ def run_compare(scenarios: Sequence[str], systems: Sequence[str], overrides: Seq
     for name in scenarios:
         sc_seeds = list(seeds) if seeds else [load_scenario(name, list(overrides)).seed]
         jobs += [(name, tuple(overrides), system, seed) for system in systems for seed in sc_seeds]
-    results: list[dict[str, object]] = []
-    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
-    if workers == 1:
-        for i, job in enumerate(jobs, start=1):
-            results.append(run_one(job))
-            if progress is not None:
-                progress(i, len(jobs))
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(run_one, job) for job in jobs]
-            for i, fut in enumerate(as_completed(futures), start=1):
-                results.append(fut.result())
-                if progress is not None:
-                    progress(i, len(jobs))
+    results = run_jobs(run_one, jobs, workers, progress)
     return aggregate(results, infos, systems), infos
 
 
