@@ -125,7 +125,7 @@ class PrefillBorrower:
         """Cost of the instance's next decode step without a chunk."""
         dec = self.decode
         p = dec.profile
-        return p.step_base_s + p.step_per_request_s * len(dec.batch) + p.step_per_context_token_s * dec.ctx_sum
+        return p.step_s(len(dec.batch), dec.ctx_sum)
 
     # -------------------------------------------------------- candidates
     def _valid(self, req: Request) -> bool:

@@ -44,9 +44,20 @@ class DecodeProfile(_Frozen):
     step_per_request_s: float = Field(ge=0)
     step_per_context_token_s: float = Field(ge=0)
     max_running_requests: int = Field(gt=0)
+    #: Batch size from which every expert is read anyway: beyond it a request
+    #: costs only ``step_per_request_beyond_s`` (None: no saturation).
+    expert_saturation_batch: int | None = Field(default=None, gt=0)
+    step_per_request_beyond_s: float = Field(default=0.0, ge=0)
+
+    def batch_s(self, batch: int) -> float:
+        """Step cost of the batch apart from its context: weights and per-request work."""
+        sat = self.expert_saturation_batch
+        if sat is None or batch <= sat:
+            return self.step_base_s + self.step_per_request_s * batch
+        return self.step_base_s + self.step_per_request_s * sat + self.step_per_request_beyond_s * (batch - sat)
 
     def step_s(self, batch: int, context_tokens: int) -> float:
-        return self.step_base_s + self.step_per_request_s * batch + self.step_per_context_token_s * context_tokens
+        return self.batch_s(batch) + self.step_per_context_token_s * context_tokens
 
 
 class HardwareProfile(_Frozen):

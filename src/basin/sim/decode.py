@@ -134,8 +134,7 @@ class DecodeInstance:
     def _coeffs(self) -> tuple[float, float]:
         p = self.profile
         b = len(self.batch)
-        a = (p.step_base_s + p.step_per_request_s * b + p.step_per_context_token_s * self.ctx_sum
-             + self.step_extra_s)
+        a = p.step_s(b, self.ctx_sum) + self.step_extra_s
         return a, p.step_per_context_token_s * b
 
     @staticmethod

@@ -478,7 +478,7 @@ class Simulator:
             c = calls[k]
             total += pre.step_overhead_s + pre.tokens_cost_s(c.new_tokens, c.reused_tokens) + hw.transfer_s
             m = max(c.output_tokens - 1, 0)
-            a = dec.step_base_s + dec.step_per_request_s + dec.step_per_context_token_s * (c.prompt_tokens + 1)
+            a = dec.step_s(1, c.prompt_tokens + 1)
             total += m * a + dec.step_per_context_token_s * m * (m - 1) / 2.0
             if k < len(calls) - 1:
                 total += c.tool_gap_s
