@@ -19,6 +19,8 @@ import numpy as np
 
 from basin.metrics import CliffPoints, cache_cliff_points, cliff_median_curve, hit_rate_per_minute
 from basin.metrics._tables import ACTIVE_TAG_PREFIX, SECONDS_PER_MINUTE, Table, floats
+from basin.plotting import new_figure as _new_figure
+from basin.plotting import save_figure as _save
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -26,22 +28,6 @@ if TYPE_CHECKING:
 
 #: Panels of :func:`plot_run_timeseries`, top to bottom.
 TIMESERIES_PANELS: tuple[str, ...] = ("active", "hit_rate", "ttft", "uncached", "decode_kv")
-_DPI = 120
-
-
-def _new_figure(width_in: float, height_in: float) -> Figure:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width_in, height_in), dpi=_DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _save(fig: Figure, out_png: str | os.PathLike[str]) -> None:
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png")
 
 
 def _tag_columns(timeseries: Table) -> list[str]:

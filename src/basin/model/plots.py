@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 
 from basin.model.throughput import FluidModel
+from basin.plotting import new_figure as _figure
+from basin.plotting import save_figure as _save
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -23,24 +25,6 @@ if TYPE_CHECKING:
     from basin.model.classify import GridSummary
     from basin.model.dynamics import Trajectory
     from basin.model.hitcurve import HitCurve
-
-_DPI = 120
-
-
-def _figure(width_in: float, height_in: float) -> Figure:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width_in, height_in), dpi=_DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _save(fig: Figure, out_png: str | os.PathLike[str]) -> Path:
-    path = Path(out_png)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    return path
 
 
 def plot_departure_curve(analysis: Analysis, out_png: str | os.PathLike[str], *, n_max: float | None = None,
