@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/basin run surge-1p3d --system hicache
+	$(VENV)/bin/basin run surge-1p3d --system hicache --system basin
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
