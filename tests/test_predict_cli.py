@@ -8,20 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from basin.cli.app import main
+from cli_helpers import run_basin as _run
 from basin.predict.peak import RidgePeakPredictor
 from basin.workload.io import write_workload
 from basin.workload.records import Call, Session, Workload
 
 
-def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, " ".join(err.split())
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from basin.cli.app import main
+from cli_helpers import run_basin as _run
 from basin.errors import BasinInputError
 from basin.predict import profile as prof_mod
 from basin.predict.cliff import X_KNEE, fit_kappa, lower_quartile, reference_hit, reference_shape
@@ -27,14 +27,6 @@ from basin.predict.profile import (
 )
 
 
-def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, " ".join(err.split())
 
 
 def _ramp_like_points(kappa: float, rng: np.random.Generator, noise: float = 0.03,

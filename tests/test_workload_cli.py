@@ -7,28 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from basin.cli.app import main
+from cli_helpers import run_basin as _run
 from basin.errors import BasinInputError
 from basin.paths import DATA_DIR
 from basin.workload.io import SESSION_START_KEY, read_workload, write_workload
 from basin.workload.records import Call, Session, Workload
 
-NEEDS_B = "engineer B's {} is not in the tree yet"
 
 
-def _needs(module: str) -> None:
-    pytest.importorskip(f"basin.workload.{module}", reason=NEEDS_B.format(f"{module}.py"))
-
-
-def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run ``basin ARGS`` in-process; returns (exit code, stdout, stderr)."""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, " ".join(err.split())  # rich wraps long errors; compare unwrapped
 
 
 def _tiny(tmp_path: Path, name: str = "tiny.jsonl") -> Path:
@@ -44,7 +30,6 @@ def _tiny(tmp_path: Path, name: str = "tiny.jsonl") -> Path:
 
 
 def test_presets_cover_every_kind_with_true_session_counts() -> None:
-    _needs("synthetic")
     from basin.workload.presets import list_presets, resolve_workload
 
     presets = {p.name: p for p in list_presets()}
@@ -87,7 +72,6 @@ def test_file_paths_resolve_like_presets(tmp_path: Path) -> None:
 
 
 def test_synthetic_presets_pass_seed_and_size() -> None:
-    _needs("synthetic")
     from basin.workload.presets import resolve_workload
 
     w = resolve_workload("terminal-bench", seed=2, n_sessions=7)
@@ -96,7 +80,6 @@ def test_synthetic_presets_pass_seed_and_size() -> None:
 
 
 def test_unknown_spec_lists_names_and_suffixes() -> None:
-    _needs("synthetic")
     from basin.workload.presets import resolve_workload
 
     with pytest.raises(BasinInputError) as info:
@@ -116,7 +99,6 @@ def test_every_command_help_has_an_example(capsys: pytest.CaptureFixture[str], c
 
 
 def test_list_shows_every_preset(capsys: pytest.CaptureFixture[str]) -> None:
-    _needs("synthetic")
     code, out, _ = _run(capsys, "workload", "list")
     assert code == 0
     for name in ("swebench-deepseek", "terminalbench-claude", "terminal-bench", "swe-pro",
@@ -153,13 +135,11 @@ def test_stats_of_a_broken_file_exits_2_with_the_location(capsys: pytest.Capture
 
 
 def test_stats_of_an_unknown_name_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    _needs("synthetic")
     code, _, err = _run(capsys, "workload", "stats", "no-such-workload")
     assert code == 2 and "unknown workload 'no-such-workload'" in err and "swebench-deepseek" in err
 
 
 def test_synth_writes_a_readable_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    _needs("synthetic")
     out_path = tmp_path / "tb.parquet"
     code, out, _ = _run(capsys, "workload", "synth", "--preset", "terminal-bench", "--sessions", "5",
                         "--seed", "1", "--out", str(out_path))
@@ -169,7 +149,6 @@ def test_synth_writes_a_readable_file(capsys: pytest.CaptureFixture[str], tmp_pa
 
 
 def test_synth_rejects_an_unknown_preset(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    _needs("synthetic")
     code, _, err = _run(capsys, "workload", "synth", "--preset", "swebench-deepseek",
                         "--out", str(tmp_path / "x.jsonl"))
     assert code == 2 and "terminal-bench" in err
@@ -194,7 +173,6 @@ def test_import_azure_keeps_arrival_times(capsys: pytest.CaptureFixture[str], tm
 
 
 def test_import_agent_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    _needs("agent_tables")
     out_path = tmp_path / "swe.parquet"
     calls = DATA_DIR / "derived" / "swebench_minisweagent_deepseek_calls.csv.gz"
     code, out, _ = _run(capsys, "workload", "import", "agent-table", str(calls), "--out", str(out_path))
@@ -204,7 +182,6 @@ def test_import_agent_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
 
 
 def test_import_servegen_writes_a_rate_csv(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    _needs("arrivals")
     out_path = tmp_path / "rate.csv"
     src = DATA_DIR / "servegen_rates" / "servegen_language_aggregate_rate_10min.csv"
     code, out, _ = _run(capsys, "workload", "import", "servegen", str(src), "--column", "m_large_req_per_s",

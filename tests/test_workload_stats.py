@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from basin.workload.agent_tables import load_agent_table
 from basin.workload.records import Call, Session, Workload
 from basin.workload.stats import workload_stats
 
@@ -49,9 +50,7 @@ def test_mooncake_conversation_figures() -> None:
 
 
 def _real(name: str) -> Workload:
-    agent_tables = pytest.importorskip(
-        "basin.workload.agent_tables", reason="engineer B's agent_tables loader is not in the tree yet")
-    return agent_tables.load_agent_table(name)
+    return load_agent_table(name)
 
 
 def test_swebench_deepseek_reproduces_workloads_md_1a() -> None:
