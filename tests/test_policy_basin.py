@@ -164,7 +164,7 @@ def test_lent_memory_never_takes_what_a_decode_allocation_needs():
     hw = load_hardware("h100-nvl")
     loop = EventLoop()
     reserved: list[int] = []
-    dec = DecodeInstance(0, hw.decode.model_copy(update={"kv_tokens": 100_000}), 0.05, 0.01, loop,
+    dec = DecodeInstance(0, hw.decode.model_copy(update={"kv_tokens": 100_000}), 0.05, loop,
                          lambda r: reserved.append(r.session.uid), lambda r: None)
     dec.lending = LentMemory(100_000, LendingConfig(cap_fraction=0.5))
     assert dec.lending.adopt(7, 40_000, dec.free_beyond_demand())

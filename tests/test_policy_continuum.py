@@ -125,7 +125,7 @@ def _decode_with(prompts_prios: list[tuple[int, float]], kv_tokens: int, ordered
     loop = EventLoop()
     hw = load_hardware("h100-nvl")
     profile = hw.decode.model_copy(update={"kv_tokens": kv_tokens, "reserve_output_tokens": 16})
-    dec = DecodeInstance(0, profile, hw.itl_slo_s, hw.transfer_s, loop, lambda r: None, lambda r: None)
+    dec = DecodeInstance(0, profile, hw.itl_slo_s, loop, lambda r: None, lambda r: None)
     dec.set_ordered(ordered)
     session = Session("x", (Call(1000, 1000, 5000),))
     reqs = []

@@ -23,7 +23,7 @@ HW = load_hardware("h200")
 
 def _borrower(**kw) -> PrefillBorrower:
     loop = EventLoop()
-    dec = DecodeInstance(0, HW.decode, HW.itl_slo_s, HW.transfer_s, loop, lambda r: None, lambda r: None)
+    dec = DecodeInstance(0, HW.decode, HW.itl_slo_s, loop, lambda r: None, lambda r: None)
     return PrefillBorrower(dec, HW.prefill, BorrowConfig(itl_slo_s=HW.itl_slo_s, **kw), loop)
 
 
@@ -65,7 +65,7 @@ class _Bench:
         self.loop = EventLoop()
         self.done: list[Request] = []
         self.pre = PrefillInstance(0, HW.prefill, RadixCache(10**7), self.loop, self._prefilled)
-        self.dec = DecodeInstance(0, HW.decode, HW.itl_slo_s, HW.transfer_s, self.loop, self._reserved,
+        self.dec = DecodeInstance(0, HW.decode, HW.itl_slo_s, self.loop, self._reserved,
                                   lambda r: None)
         self.borrowing = attach_borrowing([self.dec], HW.prefill, HW.itl_slo_s, self.loop, {"margin": slo_margin})
         self.reqs = []

@@ -162,7 +162,7 @@ def test_priority_order_is_held_in_the_decode_memory_queue():
     loop = EventLoop()
     hw = load_hardware("h100-nvl")
     reserved: list[int] = []
-    dec = DecodeInstance(0, hw.decode.model_copy(update={"kv_tokens": 15_000}), 0.05, 0.01, loop,
+    dec = DecodeInstance(0, hw.decode.model_copy(update={"kv_tokens": 15_000}), 0.05, loop,
                          lambda r: reserved.append(r.session.uid), lambda r: None)
     session = Session("x", (Call(9000, 9000, 10),))
     blocker_state = SessionState(100, session, "base", 0.0, 0, None)
@@ -203,7 +203,7 @@ def test_closed_form_decode_matches_step_by_step_reference():
     hw = load_hardware("h100-nvl")
     loop = EventLoop()
     finished: dict[int, float] = {}
-    dec = DecodeInstance(0, hw.decode, hw.itl_slo_s, hw.transfer_s, loop, lambda r: None,
+    dec = DecodeInstance(0, hw.decode, hw.itl_slo_s, loop, lambda r: None,
                          lambda r: finished.__setitem__(r.session.uid, loop.now))
     prompts = [1000, 30_000, 5000, 80_000, 200]
     outputs = [50, 300, 1, 120, 700]

@@ -244,7 +244,6 @@ class PrefillBorrower:
         assert req is not None
         req.remaining -= k
         req.position += k
-        req.prefill.uncached_done += k
         self.stats.tokens += k
         if req.remaining <= 0:
             self.current = None

@@ -92,10 +92,6 @@ class TierStats:
     inserted_tokens: int = 0
 
 
-class CacheFullError(RuntimeError):
-    """An allocation could not be met even after evicting every unlocked block."""
-
-
 class RadixCache:
     """Radix prefix cache with a device tier and an optional inclusive host tier.
 
@@ -142,10 +138,6 @@ class RadixCache:
     @property
     def device_free(self) -> int:
         return self.device_capacity - self.device_used - self.inflight
-
-    @property
-    def cached_device_tokens(self) -> int:
-        return self.device_used
 
     def page_align(self, n_tokens: int) -> int:
         return n_tokens - n_tokens % self.page

@@ -30,13 +30,11 @@ _INF = float("inf")
 
 
 class DecodeInstance:
-    def __init__(self, index: int, profile: DecodeProfile, itl_slo_s: float, transfer_s: float,
-                 loop: EventLoop, on_reserved: Callable[[Request], None],
+    def __init__(self, index: int, profile: DecodeProfile, itl_slo_s: float, loop: EventLoop, on_reserved: Callable[[Request], None],
                  on_finished: Callable[[Request], None]):
         self.index = index
         self.profile = profile
         self.itl_slo_s = itl_slo_s
-        self.transfer_s = transfer_s
         self.loop = loop
         self.on_reserved = on_reserved
         self.on_finished = on_finished
@@ -59,7 +57,6 @@ class DecodeInstance:
         self.gen = 0
         self.wake_steps = 0
         self.wake_t = _INF
-        self.steps_total = 0
         #: Prefill borrowing (basin.sim.borrow): the lease of this instance,
         #: and the extra time of the next step for a borrowed prefill chunk.
         self.borrower = None
@@ -213,7 +210,6 @@ class DecodeInstance:
             self._count_violations(a, k, m)
             b = len(self.batch)
             self.step += m
-            self.steps_total += m
             self.ctx_sum += b * m
             self.used += self.n_growing * m
             if self.borrower is not None:

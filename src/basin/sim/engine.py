@@ -101,7 +101,7 @@ class Simulator:
             for i in range(dep.prefill_instances)
         ]
         self.decodes = [
-            DecodeInstance(i, hw.decode, hw.itl_slo_s, hw.transfer_s, self.loop,
+            DecodeInstance(i, hw.decode, hw.itl_slo_s, self.loop,
                            self._decode_reserved, self._call_finished)
             for i in range(dep.decode_instances)
         ]
@@ -443,8 +443,6 @@ class Simulator:
 
     # ============================================================== samples
     def _sample(self, minute: int) -> None:
-        reserved_idle = sum(d.reserved_idle for d in self.decodes)
-        decode_used = sum(d.used for d in self.decodes)
         lent = self.lent_tier.lent_tokens if self.lent_tier is not None else 0
         gauges = {
             "active_sessions": len(self.active),
@@ -452,8 +450,8 @@ class Simulator:
             "working_set_tokens": self.working_set,
             "cache_capacity_tokens": self.config.hardware.prefill.prefix_cache_tokens * len(self.prefills),
             "host_capacity_tokens": sum(p.cache.host_capacity for p in self.prefills),
-            "decode_kv_decoding_tokens": decode_used - reserved_idle,
-            "decode_kv_reserved_idle_tokens": reserved_idle,
+            "decode_kv_decoding_tokens": sum(d.decoding_tokens for d in self.decodes),
+            "decode_kv_reserved_idle_tokens": sum(d.reserved_idle for d in self.decodes),
             "decode_kv_capacity_tokens": sum(d.capacity for d in self.decodes),
             "decode_kv_lent_tokens": lent,
             "prefill_queue_len": sum(len(p.queue) for p in self.prefills),

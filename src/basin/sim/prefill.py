@@ -48,7 +48,6 @@ class PrefillInstance:
         self.queued_tokens = 0  # prompt tokens waiting (a load signal for routers)
         #: Cache tiers outside the instance, consulted after the local match.
         self.lower_tiers: list[LowerTier] = []
-        self.uncached_done = 0  # cumulative computed tokens (a signal)
 
     # ----------------------------------------------------------------- queue
     def enqueue(self, req: Request) -> None:
@@ -179,7 +178,6 @@ class PrefillInstance:
         for req, take in plan:
             req.remaining -= take
             req.position += take
-            self.uncached_done += take
             if req.remaining <= 0:
                 finished.append(req)
         if finished:
@@ -213,15 +211,6 @@ class PrefillInstance:
         req.match = None
         req.alloc = 0
         self.kick()
-
-    def abandon(self, req: Request) -> None:
-        """Give back what a cancelled request held without caching it."""
-        if req.match is not None:
-            self.cache.release(req.alloc)
-            self.cache.unlock(req.match)
-            req.match = None
-            req.alloc = 0
-            self.kick()
 
     @property
     def backlog_tokens(self) -> int:

@@ -24,7 +24,6 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
         self.minutes: list[dict[str, float]] = []
-        self.tags_seen: set[str] = set()
         # running sums for the current minute
         self._arrivals = 0
         self._sessions_done = 0
@@ -91,7 +90,6 @@ class Recorder:
         }
         row.update(gauges)
         for tag, n in active_by_tag.items():
-            self.tags_seen.add(tag)
             row[f"active_{tag}"] = n
         self.minutes.append(row)
         self._prev_prompt = self._prompt
