@@ -250,22 +250,21 @@ class BasinPolicy(Policy):
             st.last_lend_cond_s = now
         st.lend = p.lending and (now - st.last_lend_cond_s) < p.cooldown_s
         # Admission of the parked queue's heads, in priority order.
-        queue = sorted((self.sessions[u] for u in parked if u in self.sessions), key=lambda s: s.prio)
-        uid_of = {id(self.sessions[u]): u for u in parked if u in self.sessions}
+        queue = sorted((u for u in parked if u in self.sessions), key=lambda u: self.sessions[u].prio)
         release: list[int] = []
-        for sess in queue:
+        for uid in queue:
+            sess = self.sessions[uid]
             if not self._fits(sess, signals, len(release)):
                 break
             self._admit(sess)
-            release.append(uid_of[id(sess)])
+            release.append(uid)
         # Shedding: persistent excess demand, one session per interval.
         shed: tuple[int, ...] = ()
         waiting = queue[len(release):]
         if (p.shedding and waiting and signals.arrival_rate_per_min > self.cliff.lambda_c_per_min
-                and now - waiting[0].arrival_s > p.shed_horizon_s):
-            victim = waiting[-1]
-            shed = (uid_of[id(victim)],)
-            self.sessions.pop(shed[0], None)
+                and now - self.sessions[waiting[0]].arrival_s > p.shed_horizon_s):
+            shed = (waiting[-1],)
+            self.sessions.pop(waiting[-1], None)
             st.shed += 1
         busy = st.admit or st.order or st.lend or bool(waiting) or backlog
         return ControlDecision(

@@ -24,7 +24,7 @@ from typing import Callable
 from basin.sim.config import DecodeProfile
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.lending import LentMemory
-from basin.sim.sessions import Request
+from basin.sim.sessions import Request, queue_key
 
 _INF = float("inf")
 
@@ -67,9 +67,7 @@ class DecodeInstance:
 
     # ------------------------------------------------------------ reservation
     def _sort_key(self, req: Request) -> float:
-        if self.ordered:
-            return req.prio if req.prio is not None else 1e18 + req.seq
-        return float(req.seq)
+        return queue_key(req, self.ordered)
 
     def request_memory(self, req: Request) -> None:
         req.decode = self

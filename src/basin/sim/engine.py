@@ -430,10 +430,10 @@ class Simulator:
                         req.decode.release_reservation(req)
                     s.inflight = None
                     self._end_session(s, completed=False)
-                elif req is None and not s.held_call:
-                    pass  # in a tool gap: it ends when its next call comes due
                 elif s.held_call:
                     self._end_session(s, completed=False)
+                # Otherwise it is running (it ends when the call finishes) or in
+                # a tool gap (it ends when its next call comes due).
         elif iv.kind == "switch-policy" and iv.policy is not None:
             self.policy = iv.policy
             self.policy.attach([self._info(s) for s in self.active], self.loop.now)

@@ -18,7 +18,7 @@ from typing import Callable, Protocol
 from basin.sim.cache import RadixCache
 from basin.sim.config import PrefillProfile
 from basin.sim.events import ENGINE, EventLoop
-from basin.sim.sessions import Request
+from basin.sim.sessions import Request, queue_key
 
 
 class LowerTier(Protocol):
@@ -63,11 +63,7 @@ class PrefillInstance:
             self._start_step()
 
     def _sort_key(self, req: Request) -> float:
-        # Ordered: by the session's fixed priority (sessions without one keep
-        # their arrival order behind prioritised ones); otherwise first-come.
-        if self.ordered:
-            return req.prio if req.prio is not None else 1e18 + req.seq
-        return float(req.seq)
+        return queue_key(req, self.ordered)
 
     def set_ordered(self, ordered: bool) -> None:
         if ordered == self.ordered:

@@ -122,6 +122,15 @@ def block_key(block_hashes: Sequence[int], prompt_tokens: int, block_tokens: int
     return key
 
 
+def queue_key(req: Request, ordered: bool) -> float:
+    """Sort key of a request in an engine queue: first-come by default; when
+    the queue is ordered, the session's fixed priority (sessions without one
+    keep their arrival order behind the prioritised ones)."""
+    if ordered:
+        return req.prio if req.prio is not None else 1e18 + req.seq
+    return float(req.seq)
+
+
 def _truncate(pieces: list[Piece], n_tokens: int) -> list[Piece]:
     out: list[Piece] = []
     left = n_tokens
