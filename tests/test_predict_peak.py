@@ -385,3 +385,15 @@ def test_a_changed_workload_gets_its_own_cache_file(tmp_path, monkeypatch) -> No
     assert a != b and a.parent == b.parent == tmp_path / "cache" / "predict"
     assert a.name.startswith("toy-") and a == peak.default_model_path(_workload(n_tasks=20, seed=1))
     assert peak.default_model_path(_workload(n_tasks=20, seed=1), folds=5) != a
+
+
+def test_growth_predictor_scales_the_first_prompt_and_rejects_bad_factors():
+    from basin.predict.peak import GrowthPredictor
+
+    growth = make_predictor("growth:1.5")
+    assert isinstance(growth, GrowthPredictor)
+    assert growth.predict_peak_tokens("fix the bug", 1_000, "s1", None) == 1_500.0
+    assert growth.predict_peak_tokens(None, 0, "s2", None) == 1.0
+    for spec in ("growth:x", "growth:0.5", "growth:nan", "growth:"):
+        with pytest.raises(BasinInputError, match="growth"):
+            make_predictor(spec)

@@ -76,7 +76,7 @@ MODEL_FORMAT = 1
 DEFAULT_FOLDS = 10
 DEFAULT_SEED = 0
 
-SPEC_HELP = "ridge, ridge:FILE, oracle, noisy:SIGMA or noisy:SIGMA:SEED"
+SPEC_HELP = "ridge, ridge:FILE, growth:FACTOR, oracle, noisy:SIGMA or noisy:SIGMA:SEED"
 
 
 @runtime_checkable
@@ -120,6 +120,35 @@ def _check_oracle(oracle_peak_tokens: object) -> int:
         raise BasinInputError(f"{where(field='oracle_peak_tokens')}: expected a positive whole number "
                               f"of tokens, got {oracle_peak_tokens!r}; pass Session.peak_context_tokens")
     return int(oracle_peak_tokens)
+
+
+# ---------------------------------------------------------------------------
+# Length only
+
+
+class GrowthPredictor:
+    """The first prompt times a fixed growth factor.
+
+    For traffic no trained model describes (a gateway in front of a new
+    workload): it keeps the ordering by size that the first prompt carries
+    and reserves room for the session to grow.
+    """
+
+    name = "growth"
+
+    def __init__(self, factor: float):
+        if not math.isfinite(factor) or factor < 1.0:
+            raise BasinInputError(f"{where(field='predictor')}: growth factor must be a number >= 1, got "
+                                  f"{factor!r}; e.g. growth:1.5")
+        self.factor = float(factor)
+
+    def predict_peak_tokens(self, task_text: str | None, first_prompt_tokens: int, session_id: str,
+                            oracle_peak_tokens: int | None = None) -> float:
+        _check_call(task_text, first_prompt_tokens, session_id)
+        return max(self.factor * first_prompt_tokens, 1.0)
+
+    def __repr__(self) -> str:
+        return f"GrowthPredictor(factor={self.factor:g})"
 
 
 # ---------------------------------------------------------------------------
@@ -560,6 +589,7 @@ def make_predictor(spec: str, workload_name: str | None = None) -> PeakPredictor
     * ``ridge``: the ridge predictor of ``workload_name`` (fitted on first
       use, then cached in this process and on disk);
     * ``ridge:FILE``: a predictor saved by ``basin predict fit --out FILE``;
+    * ``growth:FACTOR``: the first prompt times FACTOR (no trained model);
     * ``oracle``: the true peak;
     * ``noisy:SIGMA`` / ``noisy:SIGMA:SEED``: the true peak with lognormal
       error of log-sd SIGMA (seed 0 by default).
@@ -582,6 +612,13 @@ def make_predictor(spec: str, workload_name: str | None = None) -> PeakPredictor
             raise BasinInputError(f"{where(field='predictor')}: cannot read '{spec}'; write noisy:SIGMA or "
                                   "noisy:SIGMA:SEED, e.g. noisy:0.5 or noisy:1.0:3") from None
         return NoisyOraclePredictor(sigma, seed)
+    if kind == "growth":
+        try:
+            factor = float(arg)
+        except ValueError:
+            raise BasinInputError(f"{where(field='predictor')}: cannot read '{spec}'; write growth:FACTOR, "
+                                  "e.g. growth:1.5") from None
+        return GrowthPredictor(factor)
     if kind == "ridge":
         if arg:
             return RidgePeakPredictor.load(arg)

@@ -84,7 +84,7 @@ class Deployment(_Frozen):
         return f"{self.prefill_instances}P{self.decode_instances}D"
 
 
-def _load_yaml(path: Path) -> Any:
+def load_yaml(path: Path) -> Any:
     try:
         with open(path, encoding="utf-8") as fh:
             return yaml.safe_load(fh)
@@ -121,7 +121,7 @@ def _named_file(kind: str, name_or_path: str) -> Path:
 def load_hardware(name_or_path: str) -> HardwareProfile:
     path = _named_file("hardware", name_or_path)
     try:
-        return HardwareProfile.model_validate(_load_yaml(path))
+        return HardwareProfile.model_validate(load_yaml(path))
     except ValidationError as exc:
         raise BasinInputError(validation_message(path, exc)) from None
 
@@ -140,6 +140,6 @@ def load_deployment(name_or_path: str) -> Deployment:
                           decode_instances=int(d), host_ratio=2.0)
     path = _named_file("deployments", name_or_path)
     try:
-        return Deployment.model_validate(_load_yaml(path))
+        return Deployment.model_validate(load_yaml(path))
     except ValidationError as exc:
         raise BasinInputError(validation_message(path, exc)) from None

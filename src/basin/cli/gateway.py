@@ -1,0 +1,70 @@
+"""``basin gateway``: the session gateway in front of a real engine (docs/gateway.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def gateway(
+    upstream: Optional[str] = typer.Option(None, "--upstream", help="Engine or router base URL, e.g. "
+                                           "http://127.0.0.1:30000 (required here or in --config)."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="sglang, vllm, llamacpp or openai (no metrics)."),
+    metrics_url: Optional[str] = typer.Option(None, "--metrics-url", help="Engine /metrics URL "
+                                              "(default UPSTREAM/metrics)."),
+    policy: Optional[str] = typer.Option(None, "--policy", help="Control policy by name (default basin)."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="BASIN cliff profile from `basin profile`."),
+    listen: Optional[str] = typer.Option(None, "--listen", help="HOST:PORT to bind (default 127.0.0.1:8400)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML file with any gateway setting "
+                                          "(flags win over it)."),
+    cache_tokens: Optional[int] = typer.Option(None, "--cache-tokens", help="Tokens the engine's prefix cache "
+                                               "holds (default: what the engine reports)."),
+    param: list[str] = typer.Option([], "--param", help="Policy parameter NAME=VALUE (JSON value); repeatable."),
+    log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
+) -> None:
+    """Run the BASIN session gateway: an OpenAI-compatible proxy that parks, orders and sheds agent sessions.
+
+    Example:
+
+        basin gateway --upstream http://127.0.0.1:30000 --engine sglang --profile profiles/basin/1p3d-h200.yaml
+    """
+    from basin.errors import BasinInputError
+    from basin.gateway.config import load_gateway_config, parse_listen
+    from basin.gateway.server import serve_forever
+
+    params: dict[str, object] = {}
+    for item in param:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise BasinInputError(f"--param {item!r}: write NAME=VALUE, e.g. --param budget_high=2.5")
+        try:
+            params[name.strip()] = json.loads(value)
+        except ValueError:
+            params[name.strip()] = value
+    overrides: dict[str, object] = {
+        "upstream": upstream, "engine": engine, "metrics_url": metrics_url, "policy": policy,
+        "profile": str(profile) if profile else None, "cache_tokens": cache_tokens,
+        "admin_token": os.environ.get("BASIN_ADMIN_TOKEN") or None,
+    }
+    if listen is not None:
+        overrides["listen_host"], overrides["listen_port"] = parse_listen(listen)
+    if params:
+        overrides["policy_params"] = params
+    cfg = load_gateway_config(config, **overrides)
+    level = getattr(logging, log_level.upper(), None)
+    if not isinstance(level, int):
+        raise BasinInputError(f"--log-level {log_level!r}: use debug, info, warning or error")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(serve_forever(cfg))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        raise BasinInputError(f"cannot listen on {cfg.listen_host}:{cfg.listen_port} ({exc}); "
+                              "pick another --listen address") from None

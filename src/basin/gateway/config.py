@@ -1,0 +1,127 @@
+"""The gateway's settings: one validated model, read from a YAML file and
+overridden by command-line flags.
+
+The upstream is fixed here and nowhere else: a client can never choose where
+the gateway forwards a call.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from basin.errors import BasinInputError
+from basin.sim.config import load_yaml, validation_message
+
+EngineName = Literal["sglang", "vllm", "llamacpp", "openai"]
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+
+
+class GatewayConfig(BaseModel):
+    """Everything ``basin gateway`` needs; every field has a safe default but the upstream."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    upstream: str = Field(description="Base URL of the engine or its router, e.g. http://127.0.0.1:30000")
+    engine: EngineName = "openai"
+    metrics_url: str | None = Field(default=None, description="Engine /metrics; default UPSTREAM/metrics "
+                                    "(none for engine 'openai')")
+    listen_host: str = "127.0.0.1"
+    listen_port: int = Field(default=8400, ge=0, le=65535)
+    # policy
+    policy: str = "basin"
+    policy_params: dict[str, Any] = Field(default_factory=dict)
+    profile: str | None = Field(default=None, description="BASIN cliff profile (YAML from `basin profile`)")
+    predictor: str = Field(default="growth:1.5", description="Peak-context predictor: growth:F (F times "
+                           "the first prompt) or ridge:FILE")
+    cache_tokens: int | None = Field(default=None, gt=0, description="Prefix-cache capacity in tokens; "
+                                     "default: what the engine reports")
+    host_cache_tokens: int = Field(default=0, ge=0)
+    # sessions
+    session_header: str = "X-Session-Id"
+    session_body_fields: tuple[str, ...] = ("session_id", "user")
+    end_header: str = "X-Session-End"
+    end_body_field: str = "session_end"
+    idle_timeout_s: float = Field(default=600.0, gt=0)
+    chars_per_token: float = Field(default=4.0, gt=0, description="Estimate of prompt tokens before the "
+                                   "engine reports them")
+    request_stream_usage: bool = Field(default=True, description="Ask for usage in streamed responses "
+                                       "(stream_options.include_usage) so contexts are tracked exactly")
+    # timing and limits
+    scrape_interval_s: float = Field(default=5.0, gt=0)
+    stale_after_s: float = Field(default=15.0, gt=0)
+    keepalive_s: float = Field(default=10.0, gt=0)
+    retry_after_s: int = Field(default=60, ge=1)
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    upstream_timeout_s: float = Field(default=600.0, gt=0)
+    hit_window_s: float = Field(default=60.0, gt=0)
+    admin_token: str | None = Field(default=None, min_length=16)
+
+    @field_validator("upstream", "metrics_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("expected an http(s) URL such as http://127.0.0.1:30000")
+        if parts.query or parts.fragment:
+            raise ValueError("a base URL takes no query or fragment")
+        return value.rstrip("/")
+
+    @field_validator("session_header", "end_header")
+    @classmethod
+    def _header_name(cls, value: str) -> str:
+        if not _HEADER_NAME.match(value):
+            raise ValueError("a header name is 1-64 letters, digits or '-'")
+        return value
+
+    @property
+    def effective_metrics_url(self) -> str | None:
+        if self.metrics_url is not None:
+            return self.metrics_url
+        return None if self.engine == "openai" else f"{self.upstream}/metrics"
+
+
+def load_gateway_config(path: str | Path | None = None, **overrides: Any) -> GatewayConfig:
+    """The config from a YAML file (optional) with flag overrides on top; bad
+    input raises :class:`BasinInputError` naming the field."""
+    data: dict[str, Any] = {}
+    source = "gateway flags"
+    if path is not None:
+        loaded = load_yaml(Path(path))
+        if not isinstance(loaded, dict):
+            raise BasinInputError(f"{path}: expected a mapping of gateway settings, got {type(loaded).__name__}")
+        data.update(loaded)
+        source = str(path)
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key == "policy_params" and isinstance(data.get(key), dict) and isinstance(value, dict):
+            value = {**data[key], **value}
+        data[key] = value
+    if "upstream" not in data:
+        raise BasinInputError(f"{source}: field 'upstream' is required; pass --upstream URL "
+                              "(e.g. http://127.0.0.1:30000) or set it in the config file")
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        raise BasinInputError(validation_message(source, exc)) from None
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``PORT``) as given to ``--listen``."""
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", value
+    try:
+        number = int(port)
+        if not 0 <= number <= 65535:
+            raise ValueError
+    except ValueError:
+        raise BasinInputError(f"field 'listen': expected HOST:PORT such as 127.0.0.1:8400, got {value!r}") from None
+    return host.strip("[]") or "127.0.0.1", number

@@ -1,0 +1,228 @@
+"""Assembles and runs the gateway: the policy, the engine adapter and its
+metrics poller, the control loop, the proxy routes, its own /metrics and the
+admin API."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hmac
+import json
+import logging
+import math
+import time
+from typing import Any, Callable
+
+import aiohttp
+from aiohttp import web
+
+from basin.gateway.config import GatewayConfig
+from basin.gateway.engines import MetricsPoller, make_adapter
+from basin.gateway.gate import Gate
+from basin.gateway.proxy import GATED_PATHS, PASSTHROUGH_PATHS, Proxy, error_response
+from basin.gateway.telemetry import Telemetry
+from basin.policy.base import Policy
+from basin.policy.registry import make_policy
+
+log = logging.getLogger("basin.gateway")
+
+#: What BASIN needs inside the engine and a gateway cannot provide.
+ENGINE_SIDE_MECHANISMS = ("decode-memory lending", "decode reservation at prefill completion", "cache TTL pins")
+
+
+def build_policy(config: GatewayConfig) -> Policy:
+    """The configured policy, with the engine-side mechanisms switched off."""
+    policy = make_policy(config.policy, {"predictor": config.predictor, "profile": config.profile},
+                         **config.policy_params)
+    params = getattr(policy, "params", None)
+    if params is not None and dataclasses.is_dataclass(params) and "lending" in {
+            f.name for f in dataclasses.fields(params)}:
+        policy.params = dataclasses.replace(params, lending=False)  # type: ignore[attr-defined]
+    return policy
+
+
+class GatewayServer:
+    """One gateway: ``await start()`` binds it, ``await stop()`` releases everything."""
+
+    def __init__(self, config: GatewayConfig, policy: Policy | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.config = config
+        self.clock = clock
+        self.policy = policy if policy is not None else build_policy(config)
+        self.adapter = make_adapter(config.engine)
+        self.client: aiohttp.ClientSession | None = None
+        self.poller: MetricsPoller | None = None
+        self.gate: Gate | None = None
+        self.proxy: Proxy | None = None
+        self.telemetry: Telemetry | None = None
+        self.warnings: list[str] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._runner: web.AppRunner | None = None
+        self._tick_now = asyncio.Event()
+        self.url = ""
+
+    async def start(self) -> str:
+        try:
+            return await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> str:
+        cfg = self.config
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=cfg.upstream_timeout_s)
+        self.client = aiohttp.ClientSession(timeout=timeout, auto_decompress=False,
+                                            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0))
+        self.poller = MetricsPoller(self.adapter, self.client, cfg.effective_metrics_url,
+                                    interval_s=cfg.scrape_interval_s, clock=self.clock)
+        self.warnings = list(await self.adapter.check_features(self.client, cfg.upstream))
+        capacity = cfg.cache_tokens or self._capacity_from_engine()
+        self.gate = Gate(self.policy, cfg, self.poller, capacity, origin_s=self.clock())
+        self.telemetry = Telemetry(self.gate, lambda: self.poller.failures if self.poller else 0)
+        self.proxy = Proxy(cfg, self.gate, self.adapter, self.telemetry, self.client, self.clock)
+        self._log_startup(capacity)
+        app = web.Application(client_max_size=cfg.max_body_bytes)
+        for path in GATED_PATHS:
+            app.router.add_post(path, self.proxy.completions)
+        for path in PASSTHROUGH_PATHS:
+            app.router.add_get(path, self.proxy.passthrough)
+        app.router.add_get("/healthz", self._health)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/admin/state", self._admin(self._state))
+        app.router.add_post("/admin/drain", self._admin(self._drain))
+        app.router.add_post("/admin/undrain", self._admin(self._undrain))
+        app.router.add_post("/admin/params", self._admin(self._params))
+        app.router.add_route("*", "/{tail:.*}", self._unknown)
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, cfg.listen_host, cfg.listen_port)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://{cfg.listen_host}:{port}"
+        await self.poller.scrape_once()
+        self._tasks = [asyncio.create_task(self.poller.run()), asyncio.create_task(self._control_loop())]
+        return self.url
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self.client is not None:
+            await self.client.close()
+
+    def _capacity_from_engine(self) -> int | None:
+        props = getattr(self.adapter, "props", None) or {}
+        slots, n_ctx = props.get("total_slots"), props.get("n_ctx")
+        if isinstance(slots, int) and isinstance(n_ctx, int) and slots > 0 and n_ctx > 0:
+            return slots * n_ctx
+        return None
+
+    def _log_startup(self, capacity: int | None) -> None:
+        cfg = self.config
+        log.info("basin gateway: policy %s in front of %s (%s); engine metrics %s",
+                 self.policy.name, cfg.upstream, cfg.engine, cfg.effective_metrics_url or "none")
+        log.info("engine-side mechanisms are not available through a gateway and run off: %s",
+                 ", ".join(ENGINE_SIDE_MECHANISMS))
+        if capacity is None and cfg.engine not in ("sglang", "vllm"):
+            self.warnings.append("the prefix-cache capacity is unknown: admission by working set cannot engage; "
+                                 "set cache_tokens (--cache-tokens) to what the engine's cache holds")
+        for warning in self.warnings:
+            log.warning("%s", warning)
+
+    async def _control_loop(self) -> None:
+        assert self.gate is not None
+        while True:
+            delay = self.gate.tick(self.clock())
+            self._tick_now.clear()
+            try:
+                await asyncio.wait_for(self._tick_now.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+
+    def request_tick(self) -> None:
+        """Run the control step now (admin changes, tests)."""
+        self._tick_now.set()
+
+    # ------------------------------------------------------------ endpoints
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "policy": self.policy.name, "upstream": self.config.upstream})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        assert self.telemetry is not None
+        return web.Response(body=self.telemetry.render(), content_type="text/plain", charset="utf-8")
+
+    async def _unknown(self, request: web.Request) -> web.Response:
+        served = ", ".join(f"POST {p}" for p in GATED_PATHS) + ", " + ", ".join(f"GET {p}" for p in PASSTHROUGH_PATHS)
+        return error_response(404, "unknown_path", f"{request.method} {request.path} is not served here; "
+                              f"the gateway serves {served}, GET /healthz, GET /metrics and /admin/*")
+
+    def _admin(self, handler: Callable[[web.Request], Any]) -> Callable[[web.Request], Any]:
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            token = self.config.admin_token
+            if token is None:
+                return error_response(403, "admin_disabled", "the admin API is off; set admin_token in the "
+                                      "gateway config (or BASIN_ADMIN_TOKEN) to enable it")
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                return error_response(401, "unauthorized", "send the admin token as 'Authorization: Bearer TOKEN'")
+            return await handler(request)
+        return guarded
+
+    async def _state(self, request: web.Request) -> web.Response:
+        assert self.gate is not None and self.poller is not None
+        state = self.gate.state()
+        now = self.clock()
+        stale = self.poller.stale_s(now)
+        state["engine"] = {
+            "name": self.config.engine,
+            "metrics_url": self.config.effective_metrics_url,
+            "scrape_age_s": stale if math.isfinite(stale) else None,
+            "scrape_failures": self.poller.failures,
+            "last_error": self.poller.last_error,
+            "snapshot": self.poller.latest.as_dict() if self.poller.latest else None,
+            "warnings": self.warnings,
+        }
+        return web.json_response(state)
+
+    async def _drain(self, request: web.Request) -> web.Response:
+        assert self.gate is not None
+        self.gate.draining = True
+        return web.json_response({"draining": True})
+
+    async def _undrain(self, request: web.Request) -> web.Response:
+        assert self.gate is not None
+        self.gate.draining = False
+        return web.json_response({"draining": False})
+
+    async def _params(self, request: web.Request) -> web.Response:
+        assert self.gate is not None
+        try:
+            updates = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            return error_response(400, "invalid_json", "send a JSON object of parameter names and values")
+        if not isinstance(updates, dict) or not updates:
+            return error_response(400, "invalid_json", "send a non-empty JSON object of parameter names and values")
+        try:
+            params = self.gate.set_params(updates)
+        except ValueError as exc:
+            return error_response(400, "invalid_parameter", str(exc))
+        log.info("policy parameters changed by the admin API: %s", json.dumps(updates))
+        self.request_tick()
+        return web.json_response({"params": params})
+
+
+async def serve_forever(config: GatewayConfig) -> None:
+    """Run until interrupted (the CLI's entry)."""
+    server = GatewayServer(config)
+    url = await server.start()
+    log.info("listening on %s", url)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()

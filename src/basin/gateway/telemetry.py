@@ -1,0 +1,78 @@
+"""The gateway's own Prometheus metrics.
+
+Gauges are read from the gate when Prometheus scrapes (a collector), so the
+request path only pays for the two histograms it observes itself.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from basin.gateway.gate import Gate
+from basin.gateway.sessions import SessionState
+
+_LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
+_WAIT_BUCKETS_S = (0.1, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600)
+_SIGNALS = ("hit_rate", "prefill_queue_requests", "prefill_backlog_tokens", "decode_wait_requests",
+            "decode_used_fraction", "arrival_rate_per_min", "gpu_cache_tokens", "mean_context_tokens",
+            "stale_s")
+
+
+class _GateCollector(Collector):
+    def __init__(self, gate: Gate, scrape_failures: Callable[[], int]):
+        self.gate = gate
+        self.scrape_failures = scrape_failures
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        gate = self.gate
+        sessions = GaugeMetricFamily("basin_gateway_sessions", "Sessions by state", labels=["state"])
+        for state in (SessionState.ADMITTED, SessionState.PARKED):
+            sessions.add_metric([state.value], len(gate.table.of_state(state)))
+        sessions.add_metric(["paused"], sum(1 for s in gate.table.sessions.values() if s.paused))
+        yield sessions
+        outcomes = CounterMetricFamily("basin_gateway_session_outcomes", "Session decisions and endings",
+                                       labels=["outcome"])
+        for name, count in gate.counts.items():
+            outcomes.add_metric([name], count)
+        yield outcomes
+        yield GaugeMetricFamily("basin_gateway_working_set_tokens", "Sum of admitted sessions' contexts",
+                                value=gate.table.working_set_tokens())
+        state = getattr(gate.policy, "state", None)
+        budget = getattr(state, "budget", math.nan)
+        yield GaugeMetricFamily("basin_gateway_budget_tokens", "Admission budget (NaN: no admission)",
+                                value=budget if math.isfinite(budget) else math.nan)
+        yield GaugeMetricFamily("basin_gateway_admission_active", "Admission by working set engaged",
+                                value=float(bool(getattr(state, "admit", False))))
+        yield GaugeMetricFamily("basin_gateway_ordering_active", "Session priority sent to the engine",
+                                value=float(gate.ordering))
+        yield GaugeMetricFamily("basin_gateway_draining", "New sessions refused", value=float(gate.draining))
+        yield GaugeMetricFamily("basin_gateway_scrape_failures", "Consecutive failed engine scrapes",
+                                value=float(self.scrape_failures()))
+        signal = GaugeMetricFamily("basin_gateway_signal", "Signals as the policy last saw them", labels=["name"])
+        if gate.last_signals is not None:
+            for name in _SIGNALS:
+                signal.add_metric([name], float(getattr(gate.last_signals, name)))
+        yield signal
+
+
+class Telemetry:
+    """The registry the gateway serves at ``/metrics``."""
+
+    def __init__(self, gate: Gate, scrape_failures: Callable[[], int] = lambda: 0):
+        self.registry = CollectorRegistry()
+        self.registry.register(_GateCollector(gate, scrape_failures))
+        self.added_latency = Histogram(
+            "basin_gateway_added_latency_seconds",
+            "Time the gateway spends on a call before forwarding it (parking excluded)",
+            buckets=_LATENCY_BUCKETS_S, registry=self.registry)
+        self.park_wait = Histogram("basin_gateway_park_wait_seconds", "Time a held call waited",
+                                   buckets=_WAIT_BUCKETS_S, registry=self.registry)
+        self.calls = Counter("basin_gateway_calls", "Calls by outcome", ["outcome"], registry=self.registry)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
