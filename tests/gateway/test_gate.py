@@ -228,9 +228,16 @@ def test_signals_use_fresh_scrapes_and_treat_stale_ones_as_unknown():
     assert (sig.hit_rate, sig.prefill_queue_requests, sig.decode_wait_requests) == (0.2, 7, 3)
     assert sig.gpu_cache_tokens == 50_000 and sig.stale_s == 1.0
     stale = Gate(Scripted([]), CONFIG, StaleEngine(Snap(), 60.0))
+    sess = stale.open_call("s", 0.0, 500, None, end=False)
+    stale.forwarded(sess, 500, 0.0)
     sig = stale.signals(0.0)
-    assert math.isnan(sig.hit_rate) and sig.prefill_queue_requests == 0 and sig.decode_wait_requests == 0
+    assert math.isnan(sig.hit_rate) and sig.decode_wait_requests == 0
+    assert sig.prefill_queue_requests == 1  # the gateway's own unanswered calls stand in for the queue
+    assert sig.prefill_backlog_tokens == 500
     assert sig.gpu_cache_tokens == UNKNOWN_CAPACITY_TOKENS and sig.stale_s == 60.0
+    remembered = StaleEngine(Snap(), 60.0)
+    remembered.capacity_tokens = 70_000
+    assert Gate(Scripted([]), CONFIG, remembered).signals(0.0).gpu_cache_tokens == 70_000
     configured = Gate(Scripted([]), CONFIG, StaleEngine(Snap(), 1.0), capacity_tokens=8_000)
     assert configured.signals(0.0).gpu_cache_tokens == 8_000
 
@@ -283,6 +290,8 @@ def test_set_params_validates_names_and_types():
         gate.set_params({"shedding": 1})
     with pytest.raises(ValueError, match="expected int"):
         gate.set_params({"backlog_ticks": 2.5})
+    with pytest.raises(ValueError, match="engine-side mechanism"):
+        gate.set_params({"lending": True})
     with pytest.raises(ValueError, match="no run-time parameters"):
         Gate(Scripted([]), CONFIG).set_params({"x": 1})
 

@@ -68,8 +68,15 @@ def test_flags_win_over_the_file_and_policy_params_merge(tmp_path):
     cfg = load_gateway_config(path, engine="sglang", policy_params={"margin": 0.7})
     assert cfg.upstream == "http://127.0.0.1:1" and cfg.engine == "sglang"
     assert cfg.policy_params == {"budget_high": 3.0, "margin": 0.7}
-    assert cfg.effective_metrics_url == "http://127.0.0.1:1/metrics"
-    assert load_gateway_config(upstream="http://h:1", engine="openai").effective_metrics_url is None
+    assert cfg.effective_metrics_urls == ("http://127.0.0.1:1/metrics",)
+    assert load_gateway_config(upstream="http://h:1", engine="openai").effective_metrics_urls == ()
+    pd = load_gateway_config(upstream="http://router:1", engine="sglang",
+                             metrics_urls=["http://p0:30000/metrics/", "http://p1:30000/metrics"],
+                             decode_metrics_urls=["http://d0:30000/metrics"])
+    assert pd.effective_metrics_urls == ("http://p0:30000/metrics", "http://p1:30000/metrics")
+    assert pd.decode_metrics_urls == ("http://d0:30000/metrics",)
+    with pytest.raises(BasinInputError, match="decode_metrics_urls"):
+        load_gateway_config(upstream="http://router:1", decode_metrics_urls=["d0:30000"])
 
 
 def test_parse_listen():

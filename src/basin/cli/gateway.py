@@ -16,8 +16,10 @@ def gateway(
     upstream: Optional[str] = typer.Option(None, "--upstream", help="Engine or router base URL, e.g. "
                                            "http://127.0.0.1:30000 (required here or in --config)."),
     engine: Optional[str] = typer.Option(None, "--engine", help="sglang, vllm, llamacpp or openai (no metrics)."),
-    metrics_url: Optional[str] = typer.Option(None, "--metrics-url", help="Engine /metrics URL "
-                                              "(default UPSTREAM/metrics)."),
+    metrics_url: list[str] = typer.Option([], "--metrics-url", help="/metrics of the engine or of each PD "
+                                          "prefill server; repeatable (default UPSTREAM/metrics)."),
+    decode_metrics_url: list[str] = typer.Option([], "--decode-metrics-url", help="/metrics of each PD decode "
+                                                 "server (decode-memory queue); repeatable."),
     policy: Optional[str] = typer.Option(None, "--policy", help="Control policy by name (default basin)."),
     profile: Optional[Path] = typer.Option(None, "--profile", help="BASIN cliff profile from `basin profile`."),
     listen: Optional[str] = typer.Option(None, "--listen", help="HOST:PORT to bind (default 127.0.0.1:8400)."),
@@ -48,7 +50,8 @@ def gateway(
         except ValueError:
             params[name.strip()] = value
     overrides: dict[str, object] = {
-        "upstream": upstream, "engine": engine, "metrics_url": metrics_url, "policy": policy,
+        "upstream": upstream, "engine": engine, "metrics_urls": metrics_url or None,
+        "decode_metrics_urls": decode_metrics_url or None, "policy": policy,
         "profile": str(profile) if profile else None, "cache_tokens": cache_tokens,
         "admin_token": os.environ.get("BASIN_ADMIN_TOKEN") or None,
     }

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from basin.errors import BasinInputError
 from basin.sim.config import load_yaml, validation_message
@@ -28,8 +28,14 @@ class GatewayConfig(BaseModel):
 
     upstream: str = Field(description="Base URL of the engine or its router, e.g. http://127.0.0.1:30000")
     engine: EngineName = "openai"
-    metrics_url: str | None = Field(default=None, description="Engine /metrics; default UPSTREAM/metrics "
-                                    "(none for engine 'openai')")
+    metrics_urls: tuple[str, ...] | None = Field(
+        default=None, description="/metrics of the engine or of its prefill servers (they hold the prefix "
+        "cache); default UPSTREAM/metrics, none for engine 'openai'; [] turns scraping off")
+    decode_metrics_urls: tuple[str, ...] = Field(
+        default=(), description="/metrics of PD decode servers (requests waiting for decode memory, its usage)")
+    low_priority_first: bool | None = Field(
+        default=None, description="SGLang only: the server runs --schedule-low-priority-values-first "
+        "(default: read from the server's info)")
     listen_host: str = "127.0.0.1"
     listen_port: int = Field(default=8400, ge=0, le=65535)
     # policy
@@ -61,17 +67,31 @@ class GatewayConfig(BaseModel):
     hit_window_s: float = Field(default=60.0, gt=0)
     admin_token: str | None = Field(default=None, min_length=16)
 
-    @field_validator("upstream", "metrics_url")
+    @field_validator("predictor")
     @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("expected an http(s) URL such as http://127.0.0.1:30000")
-        if parts.query or parts.fragment:
-            raise ValueError("a base URL takes no query or fragment")
-        return value.rstrip("/")
+    def _gateway_predictor(cls, value: str) -> str:
+        kind, _, arg = value.strip().partition(":")
+        if kind == "growth" or (kind == "ridge" and arg):
+            return value.strip()
+        raise ValueError("a gateway never knows a session's true peak or its workload's name: use growth:F "
+                         "(e.g. growth:1.5) or ridge:FILE (a model from `basin predict fit --out FILE`)")
+
+    @model_validator(mode="after")
+    def _metrics_need_an_engine(self) -> "GatewayConfig":
+        if self.engine == "openai" and (self.metrics_urls or self.decode_metrics_urls):
+            raise ValueError("engine 'openai' has no metrics mapping; name the engine (sglang, vllm, llamacpp) "
+                             "to scrape its metrics, or drop metrics_urls")
+        return self
+
+    @field_validator("upstream")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return _check_url(value)
+
+    @field_validator("metrics_urls", "decode_metrics_urls")
+    @classmethod
+    def _http_urls(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if value is None else tuple(_check_url(v) for v in value)
 
     @field_validator("session_header", "end_header")
     @classmethod
@@ -81,10 +101,19 @@ class GatewayConfig(BaseModel):
         return value
 
     @property
-    def effective_metrics_url(self) -> str | None:
-        if self.metrics_url is not None:
-            return self.metrics_url
-        return None if self.engine == "openai" else f"{self.upstream}/metrics"
+    def effective_metrics_urls(self) -> tuple[str, ...]:
+        if self.metrics_urls is not None:
+            return self.metrics_urls
+        return () if self.engine == "openai" else (f"{self.upstream}/metrics",)
+
+
+def _check_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("expected an http(s) URL such as http://127.0.0.1:30000")
+    if parts.query or parts.fragment:
+        raise ValueError("a base URL takes no query or fragment")
+    return value.rstrip("/")
 
 
 def load_gateway_config(path: str | Path | None = None, **overrides: Any) -> GatewayConfig:

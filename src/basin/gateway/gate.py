@@ -37,11 +37,17 @@ class Waiter(Protocol):
 
 
 class EngineView(Protocol):
-    """The latest engine scrape and its age (the metrics poller)."""
+    """The latest engine scrape, its age, and the last cache capacity any
+    scrape reported (the merged metrics pollers)."""
 
     latest: object | None
+    capacity_tokens: int | None
 
     def stale_s(self, now_s: float) -> float: ...
+
+
+#: Policy parameters that switch engine-side mechanisms a gateway cannot provide.
+ENGINE_SIDE_PARAMS = frozenset({"lending"})
 
 
 class ShedError(Exception):
@@ -85,10 +91,16 @@ class Gate:
         hit = table.hit_rate(now_s, self.config.hit_window_s)
         if math.isnan(hit) and snap is not None:
             hit = getattr(snap, "hit_rate", math.nan)
-        capacity = self.capacity_tokens
+        # The capacity the operator set, else the last one any scrape reported
+        # (a deployment's capacity does not go stale with its scrape).
+        capacity = self.capacity_tokens or getattr(self.engine, "capacity_tokens", None)
         if capacity is None and snap is not None:
             capacity = getattr(snap, "cache_capacity_tokens", None)
         kv = getattr(snap, "kv_used_fraction", math.nan) if snap is not None else math.nan
+        # Without a fresh scrape the engine's queue is unknown: the calls the
+        # gateway forwarded and has no answer for stand in for it.
+        queue = (int(getattr(snap, "queue_requests", 0)) if snap is not None
+                 else sum(1 for s in table.sessions.values() if s.unanswered_prompt_tokens > 0))
         return Signals(
             now_s=now_s,
             active_sessions=len(admitted),
@@ -96,7 +108,7 @@ class Gate:
             working_set_tokens=working_set,
             mean_context_tokens=working_set / len(admitted) if admitted else 0.0,
             hit_rate=hit,
-            prefill_queue_requests=int(getattr(snap, "queue_requests", 0)) if snap is not None else 0,
+            prefill_queue_requests=queue,
             prefill_backlog_tokens=table.unanswered_prompt_tokens(),
             decode_wait_requests=int(getattr(snap, "decode_wait_requests", 0)) if snap is not None else 0,
             decode_used_fraction=0.0 if math.isnan(kv) else float(kv),
@@ -244,6 +256,9 @@ class Gate:
             if name not in current:
                 raise ValueError(f"unknown parameter '{name}' of policy '{self.policy.name}'; "
                                  f"known: {', '.join(sorted(current))}")
+            if name in ENGINE_SIDE_PARAMS:
+                raise ValueError(f"parameter '{name}' switches an engine-side mechanism that a gateway "
+                                 "cannot provide; it stays off")
             old = current[name]
             if isinstance(old, bool):
                 ok = isinstance(value, bool)
@@ -269,6 +284,7 @@ class Gate:
         if policy_state is not None and dataclasses.is_dataclass(policy_state):
             detail = {k: _plain(v) for k, v in dataclasses.asdict(policy_state).items()}
         params = getattr(self.policy, "params", None)
+        cliff = getattr(self.policy, "cliff", None)
         return {
             "policy": self.policy.name,
             "draining": self.draining,
@@ -282,6 +298,8 @@ class Gate:
             "controller": detail,
             "params": {k: _plain(v) for k, v in dataclasses.asdict(params).items()}
             if params is not None and dataclasses.is_dataclass(params) else {},
+            "cliff": {k: _plain(v) for k, v in dataclasses.asdict(cliff).items()}
+            if cliff is not None and dataclasses.is_dataclass(cliff) else None,
         }
 
 

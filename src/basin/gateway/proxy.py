@@ -143,26 +143,30 @@ class Proxy:
         return CallMeta(str(session_id), end, stream, prompt_tokens, _task_text(body))
 
     # ------------------------------------------------------------ handlers
+    def _refuse(self, status: int, kind: str, message: str) -> web.Response:
+        self.telemetry.calls.labels("refused").inc()
+        return error_response(status, kind, message)
+
     async def completions(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return error_response(413, "body_too_large",
-                                  f"request body exceeds {self.config.max_body_bytes} bytes; send a smaller "
-                                  "body or raise max_body_bytes in the gateway config")
+            return self._refuse(413, "body_too_large",
+                                f"request body exceeds {self.config.max_body_bytes} bytes; send a smaller "
+                                "body or raise max_body_bytes in the gateway config")
         if not raw:
-            return error_response(400, "missing_body", "the request has no body; send a JSON object")
+            return self._refuse(400, "missing_body", "the request has no body; send a JSON object")
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
-            return error_response(400, "invalid_json", f"the body is not valid JSON ({exc})")
+            return self._refuse(400, "invalid_json", f"the body is not valid JSON ({exc})")
         if not isinstance(body, dict):
-            return error_response(400, "invalid_json", "the body must be a JSON object")
+            return self._refuse(400, "invalid_json", "the body must be a JSON object")
         try:
             call = self.read_call(request, body, len(raw))
         except BadCall as exc:
-            return error_response(exc.status, exc.kind, str(exc))
+            return self._refuse(exc.status, exc.kind, str(exc))
         gate = self.gate
         try:
             sess = gate.open_call(call.session_id, self.clock(), call.prompt_tokens, call.task_text, call.end)
@@ -178,6 +182,7 @@ class Proxy:
             if verdict is not SessionState.ADMITTED:
                 reason = sess.shed_reason or "session ended while held"
                 if response is not None:
+                    self.telemetry.calls.labels("shed").inc()
                     await response.write(sse_error(503, "session_shed", f"the session was shed ({reason})"))
                     return response
                 return self._shed_response(reason, "the session was shed to protect the engine")
@@ -193,7 +198,8 @@ class Proxy:
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         try:
-            async with self.client.get(self.config.upstream + request.path, headers=self._headers(request)) as up:
+            async with self.client.get(self.config.upstream + request.path, headers=self._headers(request),
+                                       allow_redirects=False) as up:
                 data = await up.read()
                 return web.Response(status=up.status, body=data, headers=self._returned(up))
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
@@ -258,7 +264,8 @@ class Proxy:
         url = self.config.upstream + request.path
         for attempt in range(2):
             try:
-                up = await self.client.post(url, data=json.dumps(body).encode(), headers=headers)
+                up = await self.client.post(url, data=json.dumps(body).encode(), headers=headers,
+                                            allow_redirects=False)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 self.telemetry.calls.labels("upstream_down").inc()
                 if response is not None:
@@ -266,12 +273,12 @@ class Proxy:
                     return None, response
                 return None, self._upstream_down(exc)
             async with up:
-                self.gate.answering(sess, call.prompt_tokens)
                 streaming = up.status == 200 and up.content_type == "text/event-stream"
                 if streaming:
-                    return await self._relay_stream(request, up, response)
+                    return await self._relay_stream(request, sess, call, up, response)
                 try:
                     data = await up.read()
+                    self.gate.answering(sess, call.prompt_tokens)
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                     self.telemetry.calls.labels("upstream_broke").inc()
                     message = f"the upstream failed while answering ({type(exc).__name__}: {exc})"
@@ -308,15 +315,24 @@ class Proxy:
                   "sessions inside the engine.", data[:200].decode("utf-8", "replace"))
         return True
 
-    async def _relay_stream(self, request: web.Request, up: aiohttp.ClientResponse,
-                            response: web.StreamResponse | None) -> tuple[CallUsage | None, web.StreamResponse]:
+    async def _relay_stream(self, request: web.Request, sess: GatewaySession, call: CallMeta,
+                            up: aiohttp.ClientResponse, response: web.StreamResponse | None
+                            ) -> tuple[CallUsage | None, web.StreamResponse]:
         if response is None:
             response = web.StreamResponse(status=up.status, headers=self._returned(up))
             await response.prepare(request)
         tail = b""
+        answering = False
         try:
             async for chunk in up.content.iter_any():
-                await response.write(chunk)
+                if not answering:  # the prompt is prefilled once the first bytes of the answer arrive
+                    self.gate.answering(sess, call.prompt_tokens)
+                    answering = True
+                try:
+                    await response.write(chunk)
+                except ConnectionError:
+                    self.telemetry.calls.labels("client_gone").inc()
+                    raise
                 tail = (tail + chunk)[-_STREAM_TAIL_BYTES:]
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
             self.telemetry.calls.labels("upstream_broke").inc()

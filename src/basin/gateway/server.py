@@ -17,9 +17,10 @@ import aiohttp
 from aiohttp import web
 
 from basin.gateway.config import GatewayConfig
-from basin.gateway.engines import MetricsPoller, make_adapter
+from basin.gateway.engines import make_adapter
 from basin.gateway.gate import Gate
 from basin.gateway.proxy import GATED_PATHS, PASSTHROUGH_PATHS, Proxy, error_response
+from basin.gateway.scrape import EngineMetrics
 from basin.gateway.telemetry import Telemetry
 from basin.policy.base import Policy
 from basin.policy.registry import make_policy
@@ -49,9 +50,9 @@ class GatewayServer:
         self.config = config
         self.clock = clock
         self.policy = policy if policy is not None else build_policy(config)
-        self.adapter = make_adapter(config.engine)
+        self.adapter = make_adapter(config.engine, low_priority_first=config.low_priority_first)
         self.client: aiohttp.ClientSession | None = None
-        self.poller: MetricsPoller | None = None
+        self.poller: EngineMetrics | None = None
         self.gate: Gate | None = None
         self.proxy: Proxy | None = None
         self.telemetry: Telemetry | None = None
@@ -73,8 +74,8 @@ class GatewayServer:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=cfg.upstream_timeout_s)
         self.client = aiohttp.ClientSession(timeout=timeout, auto_decompress=False,
                                             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0))
-        self.poller = MetricsPoller(self.adapter, self.client, cfg.effective_metrics_url,
-                                    interval_s=cfg.scrape_interval_s, clock=self.clock)
+        self.poller = EngineMetrics.build(cfg.engine, self.client, cfg.effective_metrics_urls,
+                                          cfg.decode_metrics_urls, cfg.scrape_interval_s, self.clock)
         self.warnings = list(await self.adapter.check_features(self.client, cfg.upstream))
         capacity = cfg.cache_tokens or self._capacity_from_engine()
         self.gate = Gate(self.policy, cfg, self.poller, capacity, origin_s=self.clock())
@@ -126,7 +127,8 @@ class GatewayServer:
     def _log_startup(self, capacity: int | None) -> None:
         cfg = self.config
         log.info("basin gateway: policy %s in front of %s (%s); engine metrics %s",
-                 self.policy.name, cfg.upstream, cfg.engine, cfg.effective_metrics_url or "none")
+                 self.policy.name, cfg.upstream, cfg.engine,
+                 ", ".join(cfg.effective_metrics_urls + cfg.decode_metrics_urls) or "none")
         log.info("engine-side mechanisms are not available through a gateway and run off: %s",
                  ", ".join(ENGINE_SIDE_MECHANISMS))
         if capacity is None and cfg.engine not in ("sglang", "vllm"):
@@ -181,7 +183,8 @@ class GatewayServer:
         stale = self.poller.stale_s(now)
         state["engine"] = {
             "name": self.config.engine,
-            "metrics_url": self.config.effective_metrics_url,
+            "metrics_urls": list(self.config.effective_metrics_urls),
+            "decode_metrics_urls": list(self.config.decode_metrics_urls),
             "scrape_age_s": stale if math.isfinite(stale) else None,
             "scrape_failures": self.poller.failures,
             "last_error": self.poller.last_error,
