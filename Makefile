@@ -17,7 +17,7 @@ $(ENGINE_STAMP): $(STAMP) scripts/setup_engine.sh
 	PYTHON=$(VENV)/bin/python scripts/setup_engine.sh
 	touch $(ENGINE_STAMP)
 
-.PHONY: setup engine run test bench
+.PHONY: setup engine run test bench bench-gateway
 setup: $(STAMP)
 
 engine: $(ENGINE_STAMP)
@@ -30,3 +30,8 @@ test: $(STAMP) $(ENGINE_STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python -m bench
+
+# The gateway's added latency beside direct calls and the LiteLLM proxy (about 12 minutes).
+bench-gateway: $(STAMP)
+	$(VENV)/bin/pip install --quiet --no-deps -r bench/requirements-litellm.txt
+	$(VENV)/bin/python -m bench.gateway_latency

@@ -351,3 +351,23 @@ def test_no_held_call_is_lost_or_woken_twice(ops, verdicts):
     for sess in gate.table.sessions.values():
         assert sess.state in (SessionState.ADMITTED, SessionState.PARKED)
     assert len(set(policy.finished)) == len(policy.finished)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 5), st.integers(0, 2_000), st.integers(1, 2_000)), max_size=40),
+       st.floats(1, 30))
+def test_windowed_hit_rate_matches_a_recount(calls, window_s):
+    """The running sums agree with summing the calls inside the window."""
+    from basin.gateway.sessions import SessionTable
+
+    table = SessionTable()
+    sess = table.add("s", 0.0, 10, None)
+    now, seen = 0.0, []
+    for gap, cached, prompt in calls:
+        now += gap
+        table.call_forwarded(sess, prompt, now)
+        table.call_done(sess, CallUsage(prompt, 1, cached), now)
+        seen.append((now, min(cached, prompt), prompt))
+        inside = [(c, p) for t, c, p in seen if t >= now - window_s]
+        expected = sum(c for c, _ in inside) / sum(p for _, p in inside)
+        assert table.hit_rate(now, window_s) == pytest.approx(expected)

@@ -51,8 +51,11 @@ class SessionTable:
     sessions: dict[str, GatewaySession] = field(default_factory=dict)
     by_uid: dict[int, GatewaySession] = field(default_factory=dict)
     _next_uid: int = 0
-    #: (time, cached tokens, prompt tokens) of recent calls that reported both.
+    #: (time, cached tokens, prompt tokens) of recent calls that reported both,
+    #: with running sums so reading the hit rate costs no walk of the window.
     _hits: deque[tuple[float, int, int]] = field(default_factory=deque)
+    _hit_cached: int = 0
+    _hit_prompt: int = 0
     _arrivals: deque[float] = field(default_factory=deque)
 
     def get(self, session_id: str) -> GatewaySession | None:
@@ -94,7 +97,10 @@ class SessionTable:
             return
         sess.context_tokens = usage.context_tokens
         if usage.cached_tokens is not None and usage.prompt_tokens > 0:
-            self._hits.append((now_s, min(usage.cached_tokens, usage.prompt_tokens), usage.prompt_tokens))
+            cached = min(usage.cached_tokens, usage.prompt_tokens)
+            self._hits.append((now_s, cached, usage.prompt_tokens))
+            self._hit_cached += cached
+            self._hit_prompt += usage.prompt_tokens
 
     # ------------------------------------------------------------ views
     def of_state(self, state: SessionState) -> list[GatewaySession]:
@@ -117,9 +123,10 @@ class SessionTable:
     def hit_rate(self, now_s: float, window_s: float) -> float:
         """Cached share of the prompt tokens of calls answered in the window (NaN: none)."""
         while self._hits and self._hits[0][0] < now_s - window_s:
-            self._hits.popleft()
-        prompt = sum(p for _, _, p in self._hits)
-        return sum(c for _, c, _ in self._hits) / prompt if prompt else math.nan
+            _, cached, prompt = self._hits.popleft()
+            self._hit_cached -= cached
+            self._hit_prompt -= prompt
+        return self._hit_cached / self._hit_prompt if self._hit_prompt else math.nan
 
     def arrival_rate_per_min(self, now_s: float, window_s: float = 600.0) -> float:
         while self._arrivals and self._arrivals[0] < now_s - window_s:
