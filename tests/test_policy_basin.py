@@ -177,3 +177,95 @@ def test_lent_memory_never_takes_what_a_decode_allocation_needs():
     assert reserved == [1]
     assert dec.used + dec.lent <= dec.capacity
     assert dec.lending.reclaimed >= 1
+
+
+def _engaged_with_parked(**kw):
+    """A controller with the plateau learned (0.95), admission engaged and
+    one session parked that no budget in these tests can fit."""
+    p = policy(peaks={"s0": 800_000, "s1": 10 ** 12}, cooldown_s=10_000.0, **kw)
+    p.control(signals(0.0, active=10, hit=0.95), [])  # no control: learns the plateau
+    assert p.on_session_arrival(info(0, 1.0), signals(1.0)) is Admission.ADMIT
+    p.control(signals(5.0, active=55, hit=0.95), [])  # W = 1.1M >= B0: engaged
+    assert p.state.admit
+    assert p.on_session_arrival(info(1, 6.0), signals(6.0, active=55)) is Admission.PARK
+    return p
+
+
+def test_budget_rises_past_the_cap_while_the_engine_has_headroom():
+    # W = 1.1M: above B0 = 1M, below the cliff margin m W_c = 0.9 * 1.9 * 1M;
+    # reuse on its plateau, no backlog, a session waiting.
+    p = _engaged_with_parked()
+    assert math.isclose(p.state.cliff_margin, 0.9 * 1.9 * GPU)
+    b0 = p.state.b0
+    for t in range(10, 200, 5):
+        p.control(signals(float(t), active=55, hit=0.95), [1])
+    assert p.state.budget > 2.0 * b0 * 1.5
+    # It still falls when reuse falls, as within the range.
+    high = p.state.budget
+    p.control(signals(205.0, active=55, hit=0.80), [1])
+    assert p.state.budget < high
+
+
+def test_cap_binds_at_the_cliff_margin_or_on_a_persistent_backlog():
+    for blocked in ({"active": 90}, {"backlog": 100_000}):  # W = 1.8M >= m W_c; or a backlog
+        p = _engaged_with_parked()
+        b0 = p.state.b0
+        for t in range(10, 200, 5):  # headroom first: B grows past the cap
+            p.control(signals(float(t), active=55, hit=0.95), [1])
+        assert p.state.budget > 2.0 * b0
+        args = {"active": 55, **blocked}
+        p.control(signals(200.0, hit=0.95, **args), [1])
+        if "backlog" in blocked:  # one tick is not persistent
+            assert p.state.budget > 2.0 * b0
+            p.control(signals(205.0, hit=0.95, **args), [1])
+        assert p.state.budget == 2.0 * b0  # back to the cap at once
+        for t in range(210, 300, 5):
+            p.control(signals(float(t), hit=0.95, **args), [1])
+            assert p.state.budget <= 2.0 * b0 + 1e-6
+        p.control(signals(300.0, active=55, hit=0.95), [1])
+        if "backlog" in blocked:  # computation has kept up for one tick only: still capped
+            assert p.state.budget == 2.0 * b0
+            p.control(signals(305.0, active=55, hit=0.95), [1])
+        assert p.state.budget > 2.0 * b0  # headroom again
+
+
+def test_a_single_backlog_tick_neither_caps_nor_lifts_the_cap():
+    p = _engaged_with_parked()
+    b0 = p.state.b0
+    for t in range(10, 100, 5):
+        p.control(signals(float(t), active=55, hit=0.95), [1])
+    # Lone backlog ticks between clear ones: B keeps rising past the cap.
+    for t in range(100, 200, 10):
+        before = p.state.budget
+        p.control(signals(float(t), active=55, hit=0.95, backlog=100_000), [1])
+        p.control(signals(float(t) + 5.0, active=55, hit=0.95), [1])
+        assert p.state.budget > before > 2.0 * b0
+    # Once capped by a persistent backlog, lone clear ticks keep the cap.
+    p.control(signals(200.0, active=55, hit=0.95, backlog=100_000), [1])
+    p.control(signals(205.0, active=55, hit=0.95, backlog=100_000), [1])
+    for t in range(210, 300, 10):
+        p.control(signals(float(t), active=55, hit=0.95), [1])
+        p.control(signals(float(t) + 5.0, active=55, hit=0.95, backlog=100_000), [1])
+        assert p.state.budget <= 2.0 * b0 + 1e-6
+
+
+def test_fixed_cap_when_growth_past_it_is_switched_off():
+    p = _engaged_with_parked(budget_past_cap_with_headroom=False)
+    b0 = p.state.b0
+    for t in range(10, 400, 5):
+        p.control(signals(float(t), active=55, hit=0.95), [1])
+        assert p.state.budget <= 2.0 * b0 + 1e-6
+    assert p.state.budget == 2.0 * b0
+
+
+def test_prior_controller_keeps_the_fixed_cap():
+    # It admits by current context, already in working-set units.
+    p = BasinPriorPolicy(None, CliffSummary(kappa=1.0, x_knee=1.9, lambda_c_per_min=5.0), cooldown_s=10_000.0)
+    p.control(signals(0.0, active=10, hit=0.95), [])
+    assert p.on_session_arrival(info(0, 1.0), signals(1.0)) is Admission.ADMIT
+    p.control(signals(5.0, active=55, hit=0.95), [])
+    assert p.state.admit
+    assert p.on_session_arrival(info(1, 6.0, first_prompt=10 ** 9), signals(6.0, active=55)) is Admission.PARK
+    for t in range(10, 400, 5):
+        p.control(signals(float(t), active=55, hit=0.95), [1])
+        assert p.state.budget <= 2.0 * p.state.b0 + 1e-6

@@ -17,8 +17,11 @@ Four mechanisms, each engaged only when its condition holds:
 
 ``B`` adapts to the hit rate in the manner of page-fault-frequency control:
 raised while reuse stays on its healthy plateau and sessions wait, lowered
-when reuse falls, always within a bounded range around ``B0``. Controls are
-released only after their condition has stayed clear for a cool-down.
+when reuse falls, within a bounded range around ``B0`` whose upper end is
+lifted while the engine has headroom: the working set short of the profiled
+cliff margin and no backlog persisting (``budget_past_cap_with_headroom``).
+Controls are released only after their condition has stayed clear for a
+cool-down.
 
 ``basin-prior`` is the earlier arrival-time controller the hardware prototype
 ran: arrival-order priority and admission by current context.
@@ -55,6 +58,25 @@ class BasinParams:
     context_smoothing_s: float = 600.0
     budget_low: float = 0.5
     budget_high: float = 2.0
+    #: Let ``B`` rise past ``budget_high * B0`` while the engine shows
+    #: headroom on every leading signal: the working set ``W`` is below the
+    #: profiled cliff margin ``m W_c`` (``W_c = kappa x_k C_eff``) and
+    #: computation keeps up (no prefill backlog or decode-memory wait seen for
+    #: ``backlog_ticks`` ticks, lost once one persists as long); growth itself
+    #: still needs reuse on its plateau and sessions waiting. Why: ``B`` counts
+    #: reserved *peaks* while ``B0`` and ``W_c`` are working-set quantities.
+    #: Residents are at all stages of their sessions, so their peaks sum to
+    #: well above their live contexts (about twice as much just after a
+    #: surge), and a cap fixed in reservation units can bind while the working
+    #: set is far short of the cliff, reuse is healthy and computation keeps
+    #: up: sessions then wait for nothing (docs/results.md, 1P1D tools x3).
+    #: The cap exists because the hit rate lags the working set; it applies
+    #: again, at once, as soon as ``W`` reaches ``m W_c`` or a backlog
+    #: persists: then admitting more only queues work, while reuse may still
+    #: look healthy. False: the cap always binds (the paper's bounded range).
+    #: ``basin-prior`` admits by current context, already in working-set
+    #: units, and keeps the fixed cap.
+    budget_past_cap_with_headroom: bool = True
     budget_step: float = 0.1
     plateau_drop: float = 0.05
     plateau_smoothing_s: float = 600.0
@@ -94,6 +116,8 @@ class ControllerState:
     lend: bool = False
     budget: float = _INF
     b0: float = _INF
+    #: The cliff margin ``m W_c`` (working-set units) for the current C_eff.
+    cliff_margin: float = _INF
     working_set: float = 0.0
     context_mean: float = 0.0
     plateau: float = math.nan
@@ -103,6 +127,8 @@ class ControllerState:
     last_order_cond_s: float = -_INF
     last_lend_cond_s: float = -_INF
     backlog_ticks: int = 0
+    clear_ticks: int = 0
+    caught_up: bool = True
     last_tick_s: float | None = None
     shed: int = 0
     notes: list[str] = field(default_factory=list)
@@ -215,6 +241,17 @@ class BasinPolicy(Policy):
         lent = min(signals.lent_cache_tokens, p.lend_cap * signals.decode_kv_tokens)
         c_eff = max(C, signals.gpu_cache_tokens + lent)
         st.b0 = b0 = min(kx * c_eff, c_eff)
+        st.cliff_margin = kx * c_eff
+        # A prefill backlog or a wait for decode memory. Computation keeps up
+        # (``caught_up``) once none has been seen for as many ticks as make a
+        # backlog persistent, and stops keeping up once a backlog persists.
+        backlog = signals.prefill_backlog_tokens > p.backlog_tokens or signals.decode_wait_requests > 0
+        st.backlog_ticks = st.backlog_ticks + 1 if backlog else 0
+        st.clear_ticks = 0 if backlog else st.clear_ticks + 1
+        if st.backlog_ticks >= p.backlog_ticks:
+            st.caught_up = False
+        elif st.clear_ticks >= p.backlog_ticks:
+            st.caught_up = True
         # Entry: activation at B0, release below alpha_R B0 after a cool-down.
         if p.admission and (W >= b0 or (st.admit and W >= p.alpha_release * b0)):
             st.last_admit_cond_s = now
@@ -222,6 +259,8 @@ class BasinPolicy(Policy):
         st.admit = (now - st.last_admit_cond_s) < p.cooldown_s if st.admit else (p.admission and W >= b0)
         h = signals.hit_rate
         lo, hi = p.budget_low * b0, p.budget_high * b0
+        if p.budget_past_cap_with_headroom and not self.prior and W < st.cliff_margin and st.caught_up:
+            hi = _INF  # headroom: the hit-rate feedback alone bounds B
         if st.admit:
             if not was_admitting or st.budget == _INF:
                 st.budget = b0
@@ -240,8 +279,6 @@ class BasinPolicy(Policy):
             elif not math.isnan(h):
                 st.plateau += (1.0 - math.exp(-dt / p.plateau_smoothing_s)) * (h - st.plateau)
         # Ordering: a persistent backlog, W near the cliff, or admission active.
-        backlog = signals.prefill_backlog_tokens > p.backlog_tokens or signals.decode_wait_requests > 0
-        st.backlog_ticks = st.backlog_ticks + 1 if backlog else 0
         if st.backlog_ticks >= p.backlog_ticks or W >= p.alpha_order * b0 or st.admit:
             st.last_order_cond_s = now
         st.order = p.priority and (now - st.last_order_cond_s) < p.cooldown_s
