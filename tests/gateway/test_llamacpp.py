@@ -120,7 +120,8 @@ def test_basin_admission_keeps_the_residents_within_what_the_cache_holds(engine_
         first_call_bytes = len(json.dumps(_body("A", 0)).encode())
         server = _gateway(engine_url, policy="basin", predictor="growth:1", cache_tokens=int(0.95 * two_sessions),
                           chars_per_token=first_call_bytes / (0.4 * two_sessions),
-                          policy_params={"budget_high": 1.0, "context_smoothing_s": 1.0})
+                          policy_params={"budget_high": 1.0, "budget_past_cap_with_headroom": False,
+                                         "context_smoothing_s": 1.0})
         await server.start()
         gate, policy = server.gate, server.policy
         try:
