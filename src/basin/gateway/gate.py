@@ -17,6 +17,7 @@ import math
 from typing import Protocol
 
 from basin.gateway.config import GatewayConfig
+from basin.gateway.engines import EngineSnapshot
 from basin.gateway.sessions import GatewaySession, SessionState, SessionTable
 from basin.gateway.usage import CallUsage
 from basin.policy.base import Admission, Policy, SessionInfo, Signals
@@ -40,7 +41,7 @@ class EngineView(Protocol):
     """The latest engine scrape, its age, and the last cache capacity any
     scrape reported (the merged metrics pollers)."""
 
-    latest: object | None
+    latest: EngineSnapshot | None
     capacity_tokens: int | None
 
     def stale_s(self, now_s: float) -> float: ...
@@ -74,7 +75,7 @@ class Gate:
         self.counts = {"admitted": 0, "parked": 0, "shed": 0, "finished": 0, "abandoned": 0, "expired": 0}
 
     # ------------------------------------------------------------ signals
-    def _engine_snapshot(self, now_s: float) -> tuple[object | None, float]:
+    def _engine_snapshot(self, now_s: float) -> tuple[EngineSnapshot | None, float]:
         if self.engine is None or self.engine.latest is None:
             return None, math.inf
         stale = self.engine.stale_s(now_s)
@@ -90,16 +91,16 @@ class Gate:
         working_set = sum(s.context_tokens for s in admitted)
         hit = table.hit_rate(now_s, self.config.hit_window_s)
         if math.isnan(hit) and snap is not None:
-            hit = getattr(snap, "hit_rate", math.nan)
+            hit = snap.hit_rate
         # The capacity the operator set, else the last one any scrape reported
         # (a deployment's capacity does not go stale with its scrape).
         capacity = self.capacity_tokens or getattr(self.engine, "capacity_tokens", None)
         if capacity is None and snap is not None:
-            capacity = getattr(snap, "cache_capacity_tokens", None)
-        kv = getattr(snap, "kv_used_fraction", math.nan) if snap is not None else math.nan
+            capacity = snap.cache_capacity_tokens
+        kv = snap.kv_used_fraction if snap is not None else math.nan
         # Without a fresh scrape the engine's queue is unknown: the calls the
         # gateway forwarded and has no answer for stand in for it.
-        queue = (int(getattr(snap, "queue_requests", 0)) if snap is not None
+        queue = (snap.queue_requests if snap is not None
                  else sum(1 for s in table.sessions.values() if s.unanswered_prompt_tokens > 0))
         return Signals(
             now_s=now_s,
@@ -110,7 +111,7 @@ class Gate:
             hit_rate=hit,
             prefill_queue_requests=queue,
             prefill_backlog_tokens=table.unanswered_prompt_tokens(),
-            decode_wait_requests=int(getattr(snap, "decode_wait_requests", 0)) if snap is not None else 0,
+            decode_wait_requests=snap.decode_wait_requests if snap is not None else 0,
             decode_used_fraction=0.0 if math.isnan(kv) else float(kv),
             arrival_rate_per_min=table.arrival_rate_per_min(now_s),
             gpu_cache_tokens=int(capacity) if capacity else UNKNOWN_CAPACITY_TOKENS,
