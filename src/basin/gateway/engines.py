@@ -255,6 +255,17 @@ async def _get(session: aiohttp.ClientSession, url: str, timeout_s: float) -> tu
         return resp.status, await resp.text(errors="replace")
 
 
+async def _get_or_warn(session: aiohttp.ClientSession, url: str, engine: str,
+                       warnings: list[str]) -> tuple[int, str] | None:
+    """GET ``url`` at start-up; a network error becomes a warning (and None)."""
+    try:
+        return await _get(session, url, PROBE_TIMEOUT_S)
+    except _NETWORK_ERRORS as exc:
+        why = _describe(exc, PROBE_TIMEOUT_S)
+        warnings.append(f"{engine}: cannot read {url} ({why}); engine signals unknown.")
+        return None
+
+
 async def _get_json(session: aiohttp.ClientSession, url: str) -> tuple[dict | None, str | None]:
     """(JSON object, None) or (None, why not); never raises on network errors."""
     try:
@@ -566,12 +577,10 @@ class VLLMAdapter(EngineAdapter):
             "priorities); if the engine rejects the field, the gateway drops it and logs why."
         ]
         url = _server_root(base_url) + "/metrics"
-        try:
-            status, text = await _get(session, url, PROBE_TIMEOUT_S)
-        except _NETWORK_ERRORS as exc:
-            why = _describe(exc, PROBE_TIMEOUT_S)
-            warnings.append(f"vllm: cannot read {url} ({why}); engine signals unknown.")
+        got = await _get_or_warn(session, url, "vllm", warnings)
+        if got is None:
             return warnings
+        status, text = got
         if status != 200:
             warnings.append(f"vllm: {url} answered HTTP {status}; engine signals unknown.")
             return warnings
@@ -635,12 +644,10 @@ class LlamaCppAdapter(EngineAdapter):
                 found["n_ctx"] = n_ctx
             self.props = found
         url = root + "/metrics"
-        try:
-            status, text = await _get(session, url, PROBE_TIMEOUT_S)
-        except _NETWORK_ERRORS as exc:
-            why = _describe(exc, PROBE_TIMEOUT_S)
-            warnings.append(f"llamacpp: cannot read {url} ({why}); engine signals unknown.")
+        got = await _get_or_warn(session, url, "llamacpp", warnings)
+        if got is None:
             return warnings
+        status, text = got
         if status == 501:
             warnings.append("llamacpp: /metrics answered 501: start llama-server with --metrics.")
         elif status != 200:

@@ -58,24 +58,13 @@ class BasinParams:
     context_smoothing_s: float = 600.0
     budget_low: float = 0.5
     budget_high: float = 2.0
-    #: Let ``B`` rise past ``budget_high * B0`` while the engine shows
-    #: headroom on every leading signal: the working set ``W`` is below the
-    #: profiled cliff margin ``m W_c`` (``W_c = kappa x_k C_eff``) and
-    #: computation keeps up (no prefill backlog or decode-memory wait seen for
-    #: ``backlog_ticks`` ticks, lost once one persists as long); growth itself
-    #: still needs reuse on its plateau and sessions waiting. Why: ``B`` counts
-    #: reserved *peaks* while ``B0`` and ``W_c`` are working-set quantities.
-    #: Residents are at all stages of their sessions, so their peaks sum to
-    #: well above their live contexts (about twice as much just after a
-    #: surge), and a cap fixed in reservation units can bind while the working
-    #: set is far short of the cliff, reuse is healthy and computation keeps
-    #: up: sessions then wait for nothing (docs/results.md, 1P1D tools x3).
-    #: The cap exists because the hit rate lags the working set; it applies
-    #: again, at once, as soon as ``W`` reaches ``m W_c`` or a backlog
-    #: persists: then admitting more only queues work, while reuse may still
-    #: look healthy. False: the cap always binds (the paper's bounded range).
-    #: ``basin-prior`` admits by current context, already in working-set
-    #: units, and keeps the fixed cap.
+    #: Let ``B`` rise past ``budget_high * B0`` while the engine has headroom:
+    #: ``W`` below the cliff margin ``m W_c`` and no prefill backlog or
+    #: decode-memory wait for ``backlog_ticks`` ticks. ``B`` counts reserved
+    #: peaks, which sum to well above the live contexts ``B0`` is measured in,
+    #: so a fixed cap can park sessions a healthy engine could serve; the cap
+    #: returns at once when either sign of saturation appears (docs/basin.md).
+    #: False: the paper's fixed range. ``basin-prior`` always keeps the cap.
     budget_past_cap_with_headroom: bool = True
     budget_step: float = 0.1
     plateau_drop: float = 0.05
