@@ -154,3 +154,30 @@ def test_basin_admission_keeps_the_residents_within_what_the_cache_holds(engine_
         finally:
             await server.stop()
     asyncio.run(go())
+
+
+def test_replay_through_the_gateway_against_the_real_engine(engine_url):
+    """`basin replay`'s client drives real sessions through the gateway; the
+    engine reuses each session's prefix across its calls."""
+    from basin.gateway.replay import ReplaySettings, replay
+    from basin.workload.arrivals import SessionArrival
+    from basin.workload.records import Call, Session
+
+    sessions = [SessionArrival(0.0, Session(f"R{i}", tuple(
+        Call(prompt_tokens=300 + 40 * k, new_tokens=40, output_tokens=4, tool_gap_s=0.1) for k in range(4)),
+        task_text=f"Replay task {i}: tidy the notes."), "base") for i in range(2)]
+
+    async def go():
+        server = _gateway(engine_url, policy="basin", cache_tokens=4096)
+        await server.start()
+        try:
+            return await replay(sessions, ReplaySettings(target=server.url, model="gemma")), server.gate
+        finally:
+            await server.stop()
+
+    (records, summary), gate = asyncio.run(go())
+    print(f"replay: {summary}")
+    assert summary.completed == 2 and summary.calls == 8
+    assert all(r.outcome == "ok" and r.prompt_tokens > 0 for r in records)
+    assert summary.hit_rate > 0.5
+    assert gate.counts["finished"] == 2 and not gate.table.sessions

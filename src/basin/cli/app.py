@@ -43,6 +43,9 @@ def _register() -> None:
     from basin.cli import gateway
 
     app.command("gateway")(gateway.gateway)
+    from basin.cli import replay
+
+    app.command("replay")(replay.replay)
 
 
 _register()

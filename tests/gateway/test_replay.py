@@ -1,0 +1,119 @@
+"""The replay client: closed-loop sessions against a real endpoint, here the
+gateway in front of the fake upstream."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from basin.errors import BasinInputError
+from basin.gateway.config import GatewayConfig
+from basin.gateway.fake_upstream import FakeUpstream, FakeUpstreamConfig
+from basin.gateway.replay import ReplaySettings, SessionConversation, replay, schedule_sessions
+from basin.gateway.server import GatewayServer
+from basin.workload.records import Call, Session
+
+from .test_proxy import QueuePolicy
+
+
+def _session(sid: str, calls: int = 4, text: str | None = "fix the parser") -> Session:
+    return Session(sid, tuple(Call(prompt_tokens=400 + 100 * k, new_tokens=100 if k else 400, output_tokens=20,
+                                   tool_gap_s=0.5) for k in range(calls)), task_text=text)
+
+
+def test_conversation_grows_by_whole_messages_and_is_deterministic():
+    a, b = SessionConversation(_session("s1"), 0, 4.0), SessionConversation(_session("s1"), 0, 4.0)
+    first = a.next_prompt(100, 0)
+    assert len(first) == 1 and first[0]["content"].startswith("fix the parser")
+    assert len(first[0]["content"]) == 400
+    second = a.next_prompt(300, 20)
+    assert second[:1] == first and [m["role"] for m in second] == ["user", "assistant", "user"]
+    assert len(second[1]["content"]) == 80 and len(second[2]["content"]) == 4 * (300 - 100 - 20)
+    assert b.next_prompt(100, 0) == first and b.next_prompt(300, 20) == second
+    assert SessionConversation(_session("s2"), 0, 4.0).next_prompt(100, 0) != first
+
+
+def test_settings_and_schedule_refuse_bad_input():
+    with pytest.raises(BasinInputError, match="target"):
+        ReplaySettings(target="127.0.0.1:8400")
+    with pytest.raises(BasinInputError, match="token_scale"):
+        ReplaySettings(target="http://h:1", token_scale=0)
+    cfg = ReplaySettings(target="http://h:1", rate_per_min=30, duration_s=60, seed=3)
+    first = schedule_sessions("terminal-bench", cfg, max_sessions=5)
+    assert len(first) == 5 and first == schedule_sessions("terminal-bench", cfg, max_sessions=5)
+    assert [a.arrival_s for a in first] == sorted(a.arrival_s for a in first)
+
+
+def _run(policy, sessions, **settings):
+    async def go():
+        fake = FakeUpstream(FakeUpstreamConfig(completion_tokens=8, engine="vllm"))
+        upstream = await fake.start()
+        server = GatewayServer(GatewayConfig(upstream=upstream, engine="vllm", listen_port=0,
+                                             policy="hicache", scrape_interval_s=60.0), policy=policy)
+        await server.start()
+        try:
+            cfg = ReplaySettings(target=server.url, time_scale=0.0, **settings)
+            records, summary = await replay(sessions, cfg)
+            return records, summary, server.gate, fake
+        finally:
+            await server.stop()
+            await fake.stop()
+    return asyncio.run(go())
+
+
+def _arrivals(n: int, calls: int = 4):
+    from basin.workload.arrivals import SessionArrival
+
+    return [SessionArrival(0.05 * i, _session(f"r{i}", calls), "base") for i in range(n)]
+
+
+def test_replay_through_the_gateway_completes_sessions_and_sees_reuse():
+    records, summary, gate, fake = _run(None, _arrivals(6))
+    assert summary.sessions == 6 and summary.completed == 6 and summary.calls == 24
+    assert all(r.outcome == "ok" and r.status == 200 for r in records)
+    assert summary.hit_rate > 0.5  # each prompt extends the previous one
+    assert not gate.table.sessions and gate.counts["finished"] == 6  # the end marker closed every session
+    assert {r.call_index for r in records if r.session_id == "r0"} == {0, 1, 2, 3}
+    sent = [req["body"]["max_tokens"] for req in fake.requests if req["path"].endswith("completions")]
+    assert set(sent) == {20}
+
+
+def test_a_shed_session_stops_and_is_counted():
+    policy = QueuePolicy(admit_first=10, shed=("r1",))
+    records, summary, gate, fake = _run(policy, _arrivals(3))
+    assert summary.shed == 1 and summary.completed == 2
+    shed = [r for r in records if r.session_id == "r1"]
+    assert len(shed) == 1 and shed[0].outcome == "shed" and shed[0].status == 503
+
+
+def test_replay_command_writes_calls_and_summary(tmp_path, capsys):
+    import json
+    import threading
+
+    import pyarrow.parquet as pq
+
+    from cli_helpers import run_basin
+
+    loop = asyncio.new_event_loop()
+    fake = FakeUpstream(FakeUpstreamConfig(completion_tokens=4))
+    url = loop.run_until_complete(fake.start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        code, out, err = run_basin(capsys, "replay", "terminal-bench", "--target", url, "--rate", "600",
+                                   "--sessions", "3", "--token-scale", "0.01", "--time-scale", "0",
+                                   "--out", str(tmp_path), "--json")
+    finally:
+        asyncio.run_coroutine_threadsafe(fake.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["sessions"] == 3 and summary["completed"] == 3
+    calls = pq.read_table(tmp_path / "calls.parquet").to_pylist()
+    assert len(calls) == summary["calls"] and {c["outcome"] for c in calls} == {"ok"}
+    assert json.loads((tmp_path / "summary.json").read_text())["workload"] == "terminal-bench"
+    code, out, err = run_basin(capsys, "replay", "terminal-bench", "--target", "http://127.0.0.1:9",
+                               "--sessions", "0")
+    assert code == 2 and "--sessions" in err
