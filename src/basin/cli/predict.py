@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import json
-import math
 from pathlib import Path
 
 import typer
@@ -12,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from basin.errors import BasinInputError
+from basin.jsonvalues import json_values
 
 app = typer.Typer(help="Peak-context predictor: cross-fitted evaluation and fitting.", no_args_is_help=True)
 
@@ -30,9 +30,6 @@ _FOLD_SEED = typer.Option(0, "--fold-seed", help="Seed of the task-to-fold assig
 _SESSIONS = typer.Option(None, "--sessions", help="Synthetic size, or a seeded sample (default: all).")
 _SEED = typer.Option(0, "--seed", help="Seed for synthetic presets and sampling.")
 
-
-def _jsonable(d: dict[str, object]) -> dict[str, object]:
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
 
 
 def _print_table(title: str, rows: dict[str, object]) -> None:
@@ -79,7 +76,7 @@ def eval_cmd(
 
     w = resolve_workload(spec, seed=seed, n_sessions=sessions)
     ev = evaluate(w, folds=folds, seed=fold_seed, use_text=not lengths_only, group_by=group_by.value)
-    out = _jsonable(ev.to_dict())
+    out = json_values(ev.to_dict())
     if as_json:
         typer.echo(json.dumps(out))
         return
@@ -117,7 +114,7 @@ def fit_cmd(
     w = resolve_workload(spec, seed=seed, n_sessions=sessions)
     predictor = RidgePeakPredictor.fit(w, folds=folds, seed=fold_seed)
     path = predictor.save(out if out is not None else default_model_path(w, folds=folds, seed=fold_seed))
-    meta = _jsonable({**predictor.meta, "path": str(path)})
+    meta = json_values({**predictor.meta, "path": str(path)})
     if as_json:
         typer.echo(json.dumps(meta))
         return

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
@@ -38,6 +37,7 @@ def replay(
 
     from basin.errors import BasinInputError
     from basin.gateway.replay import ReplaySettings, replay as run_replay, schedule_sessions, write_calls
+    from basin.jsonvalues import json_values
 
     if sessions is not None and sessions <= 0:
         raise BasinInputError(f"--sessions: expected a whole number > 0, got {sessions}")
@@ -52,7 +52,7 @@ def replay(
         job = bar.add_task("sessions", total=len(arrivals))
         records, summary = asyncio.run(run_replay(arrivals, cfg, lambda n: bar.update(job, completed=n)))
     calls_path = write_calls(records, out / "calls.parquet")
-    plain = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(summary).items()}
+    plain = json_values(asdict(summary))
     (out / "summary.json").write_text(json.dumps({**plain, "workload": workload, "target": target}, indent=2))
     if as_json:
         print(json.dumps(plain))

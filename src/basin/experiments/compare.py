@@ -23,6 +23,7 @@ import numpy as np
 
 from basin.errors import BasinInputError
 from basin.experiments.pool import run_jobs
+from basin.jsonvalues import json_values
 
 #: Display order (the paper's); systems registered later follow alphabetically.
 PAPER_ORDER = ("hicache", "thunderagent", "concur", "continuum", "crossflow", "composition", "basin-prior", "basin")
@@ -225,14 +226,7 @@ def run_compare(scenarios: Sequence[str], systems: Sequence[str], overrides: Seq
 
 # ------------------------------------------------------------------ output
 def row_dicts(rows: Sequence[CompareRow]) -> list[dict[str, object]]:
-    def clean(v: object) -> object:
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        if isinstance(v, (list, tuple)):
-            return [clean(x) for x in v]
-        return v
-
-    return [{k: clean(v) for k, v in asdict(r).items()} for r in rows]
+    return [json_values(asdict(r)) for r in rows]
 
 
 def _fmt(x: float, digits: int = 0, unit: str = "") -> str:

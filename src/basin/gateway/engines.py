@@ -22,13 +22,14 @@ import logging
 import math
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable, ClassVar, Iterable, Mapping
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from basin.errors import BasinInputError, where
+from basin.jsonvalues import json_values
 
 log = logging.getLogger("basin.gateway.engines")
 
@@ -59,20 +60,7 @@ class EngineSnapshot:
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready view (NaN becomes None) for the gateway's state endpoint."""
-
-        def clean(x: float) -> float | None:
-            return None if math.isnan(x) else x
-
-        return {
-            "at_s": self.at_s,
-            "hit_rate": clean(self.hit_rate),
-            "queue_requests": self.queue_requests,
-            "running_requests": self.running_requests,
-            "kv_used_fraction": clean(self.kv_used_fraction),
-            "decode_wait_requests": self.decode_wait_requests,
-            "cache_capacity_tokens": self.cache_capacity_tokens,
-            "found": list(self.found),
-        }
+        return json_values(asdict(self))
 
 
 # --------------------------------------------------------------------------

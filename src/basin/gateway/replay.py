@@ -27,6 +27,7 @@ import numpy as np
 
 from basin.errors import BasinInputError
 from basin.gateway.usage import usage_from_stream_tail
+from basin.metrics._tables import nan_percentile
 from basin.workload.arrivals import PoissonSchedule, SessionArrival, draw_arrivals
 from basin.workload.records import Session
 
@@ -131,10 +132,6 @@ class SessionConversation:
         return list(self.messages)
 
 
-def _percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else math.nan
-
-
 async def _call(client: aiohttp.ClientSession, cfg: ReplaySettings, sid: str, index: int,
                 messages: list[dict[str, str]], max_tokens: int, end: bool, origin: float) -> ReplayCall:
     body = {"model": cfg.model, "messages": messages, "max_tokens": max_tokens,
@@ -203,11 +200,11 @@ async def replay(sessions: list[SessionArrival], cfg: ReplaySettings,
     wall = time.monotonic() - origin
     ok = [r for r in records if r.outcome == "ok"]
     prompt = sum(r.prompt_tokens for r in ok)
-    first_calls = [r.first_byte_s - r.sent_s for r in ok]
+    first_calls = np.array([r.first_byte_s - r.sent_s for r in ok], dtype=float)
     summary = ReplaySummary(
         sessions=len(sessions), completed=ends.count("completed"), shed=ends.count("shed"),
         failed=ends.count("failed"), calls=len(records),
-        ttft_p50_s=_percentile(first_calls, 50), ttft_p90_s=_percentile(first_calls, 90),
+        ttft_p50_s=nan_percentile(first_calls, 50), ttft_p90_s=nan_percentile(first_calls, 90),
         hit_rate=sum(r.cached_tokens for r in ok) / prompt if prompt else math.nan,
         completed_per_h=ends.count("completed") * 3600.0 / wall if wall > 0 else math.nan, wall_s=wall)
     return records, summary
