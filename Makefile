@@ -17,7 +17,7 @@ $(ENGINE_STAMP): $(STAMP) scripts/setup_engine.sh
 	PYTHON=$(VENV)/bin/python scripts/setup_engine.sh
 	touch $(ENGINE_STAMP)
 
-.PHONY: setup engine run test bench bench-gateway
+.PHONY: setup engine run test lint bench bench-gateway
 setup: $(STAMP)
 
 engine: $(ENGINE_STAMP)
@@ -25,8 +25,13 @@ engine: $(ENGINE_STAMP)
 run: $(STAMP)
 	$(VENV)/bin/basin run surge-1p3d --system hicache --system basin
 
-test: $(STAMP) $(ENGINE_STAMP)
+test: $(STAMP) $(ENGINE_STAMP) lint
 	$(VENV)/bin/python -m pytest -q
+
+# Style and types: ruff and mypy, clean (part of `make test`, so CI runs them).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench scripts
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(VENV)/bin/python -m bench

@@ -2,7 +2,7 @@
 
 Open-loop Poisson arrivals (fixed seed) at increasing call rates, each call a
 streamed chat completion (16 chunks, no delay) from the fake upstream
-(``basin.gateway.fake_upstream``), sent three ways in the same run:
+(``tests.support.fake_upstream``), sent three ways in the same run:
 
   direct   straight to the fake upstream
   gateway  through ``basin gateway --engine openai --policy hicache``
@@ -59,6 +59,8 @@ from typing import Any
 import numpy as np
 
 OUT_DIR = Path("results/bench")
+#: Where ``python -m tests.support.fake_upstream`` (the fake engine) resolves.
+REPO_ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATE = 500.0
 TARGET_ADDED_P50_MS = 1.0
 TARGET_ADDED_P99_MS = 5.0
@@ -250,12 +252,12 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float, log: P
 
 @contextmanager
 def server(name: str, cmd: list[str], health_url: str, logdir: Path, timeout_s: float,
-           env: dict[str, str] | None = None) -> Iterator[int]:
+           env: dict[str, str] | None = None, cwd: Path | None = None) -> Iterator[int]:
     """A server subprocess (in its own process group, whose id it yields) for
     the duration of the block, ended through that group."""
     log = logdir / f"{name}.log"
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
     try:
         wait_ready(health_url, proc, timeout_s, log)
         yield proc.pid
@@ -598,9 +600,9 @@ def start_servers(stack: ExitStack, logdir: Path, wanted: list[str], tokens: int
     upstream = f"http://127.0.0.1:{up_port}"
     pgid = stack.enter_context(server(
         "fake_upstream",
-        [sys.executable, "-m", "basin.gateway.fake_upstream", "--port", str(up_port),
+        [sys.executable, "-m", "tests.support.fake_upstream", "--port", str(up_port),
          "--tokens", str(tokens), "--engine", "llamacpp"],
-        upstream + "/health", logdir, 30.0))
+        upstream + "/health", logdir, 30.0, cwd=REPO_ROOT))
     targets = {"direct": Target(upstream, {}, pgid)}
     if "gateway" in wanted:
         port = free_port()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from basin.catalog import effective_cache_tokens
 from basin.policy.base import SessionInfo, Signals
 
 
@@ -13,6 +14,8 @@ def signals(now_s: float = 0.0, **kw) -> Signals:
         host_cache_tokens=200_000, lent_cache_tokens=0, decode_kv_tokens=300_000,
     )
     base.update(kw)
+    if "effective_cache_tokens" not in base:
+        base["effective_cache_tokens"] = effective_cache_tokens(base["gpu_cache_tokens"], base["host_cache_tokens"])
     return Signals(**base)
 
 

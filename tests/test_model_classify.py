@@ -1,16 +1,19 @@
-"""The simulator side of the classification, on fabricated ramps and one tiny
-real run: the first-limit detection, the grid's scores, the run cache."""
+"""The classification checked against the simulator (basin.experiments.classify),
+on fabricated ramps and one tiny real run: the first-limit detection, the
+grid's scores, the run cache, the one pool; and the model's own side
+(basin.model.classify)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-import basin.model.classify as classify
-from basin.model.classify import (
-    GridPoint, GridResult, GridSummary, RunCache, SimVerdict, default_grid, detect_first_limit, ensure_runs,
-    ramp_plan, ramp_scenario, run_grid, run_key,
+import basin.experiments.classify as classify
+from basin.experiments.classify import (
+    GridResult, GridSummary, RunCache, SimVerdict, detect_first_limit, ensure_runs, ramp_plan, ramp_scenario,
+    run_grid, run_key,
 )
+from basin.model.classify import GridPoint, default_grid, grid_model, model_limits
 from basin.model.resources import classify_limit
 from test_model_support import make_model, ramp_timeseries
 
@@ -144,3 +147,48 @@ def test_run_grid_on_fabricated_runs(tmp_path, monkeypatch) -> None:
     assert s.accuracy == 1.0 and s.cache_first_recall == 1.0 and len(calls) == 2
     run_grid(pts, PaperHitCurve(), workers=1, cache_dir=tmp_path)
     assert len(calls) == 2  # the second pass is read from the cache
+
+
+def test_a_classification_ramp_is_a_load_ramp_scenario() -> None:
+    pt = GridPoint("1p2d-h100", 10.0, 3.0)
+    plan = ramp_plan(pt)
+    sc = ramp_scenario(pt, plan, seed=2)
+    ramp = plan.load_ramp()
+    assert ramp.step_min == classify.RAMP_STEP_MIN and ramp.duration_min == plan.duration_min == sc.duration_min
+    assert sc.arrivals.base_per_min == plan.low_per_min == ramp.rates[0]
+    assert [c.model_dump() for c in sc.arrivals.rate_changes] == plan.rate_changes()
+    assert sc.arrivals.rate_changes[-1].per_min == pytest.approx(plan.high_per_min)
+    assert (sc.host_ratio, sc.workload.tool_time, sc.workload.sessions, sc.seed) == (10.0, 3.0, 2000, 2)
+    assert sc.policy == "hicache" and sc.router is None and sc.surge.factor == 1.0
+
+
+def test_the_models_own_classification_needs_no_simulator() -> None:
+    from basin.model.hitcurve import PaperHitCurve
+
+    pts = [GridPoint("1p1d-h100", 0.0, 1.0), GridPoint("1p1d-h100", 40.0, 1.0)]
+    limits = model_limits(pts, PaperHitCurve())
+    assert [c.first_limit for _, c in limits.values()] == ["cache", "decode"]
+    assert limits[pts[0]][0].params == grid_model(pts[0], PaperHitCurve()).params
+
+
+def test_classify_runs_on_the_one_pool(tmp_path, monkeypatch) -> None:
+    seen: list[int] = []
+
+    def fake_pool(fn, jobs, workers=None, progress=None, on_result=None):
+        seen.append(len(jobs))
+        assert fn is classify._simulate_job and workers == 2
+        out = []
+        for i, sc in enumerate(jobs):
+            ts = ramp_timeseries(int(sc.duration_min), hit=np.full(int(sc.duration_min), 0.95),
+                                 decoding=_step(80, 0.5, 0.95, int(sc.duration_min)))
+            on_result(i, ts)
+            out.append(ts)
+        return out
+
+    monkeypatch.setattr(classify, "run_jobs", fake_pool)
+    from basin.model.hitcurve import PaperHitCurve
+
+    pts = [GridPoint("1p1d-h100", 40.0, 1.0)]
+    s = run_grid(pts, PaperHitCurve(), seeds=(0, 1), workers=2, cache_dir=tmp_path)
+    assert seen == [2] and [r.simulated for r in s.results] == ["decode"]
+    assert len(list(tmp_path.glob("*.npz"))) == 2  # each run kept as it ended

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from basin.policy.base import Admission, SessionInfo, Signals
-from basin.policy.basin import BasinPolicy, BasinPriorPolicy, CliffSummary
-from basin.sim.config import load_hardware
+from basin.policy.basin import BasinParams, BasinPolicy, BasinPriorPolicy, CliffSummary
+from basin.catalog import load_hardware
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
 from basin.sim.lending import LendingConfig, LentMemory
@@ -34,6 +34,7 @@ def signals(now, active=10, mean_ctx=20_000, hit=0.95, backlog=0, decode_wait=0,
         mean_context_tokens=mean_ctx, hit_rate=hit, prefill_queue_requests=0, prefill_backlog_tokens=backlog,
         decode_wait_requests=decode_wait, decode_used_fraction=0.3, arrival_rate_per_min=rate,
         gpu_cache_tokens=GPU, host_cache_tokens=0, lent_cache_tokens=lent, decode_kv_tokens=2 * GPU,
+        effective_cache_tokens=GPU,
     )
 
 
@@ -42,9 +43,9 @@ def info(uid, arrival, first_prompt=5_000, sid=None) -> SessionInfo:
 
 
 def policy(**kw) -> BasinPolicy:
-    return BasinPolicy(TablePredictor(kw.pop("peaks", None)), CliffSummary(kappa=1.0, x_knee=1.9,
-                                                                            lambda_c_per_min=kw.pop("lambda_c", 5.0)),
-                       **kw)
+    predictor = TablePredictor(kw.pop("peaks", None))
+    cliff = CliffSummary(kappa=1.0, x_knee=1.9, lambda_c_per_min=kw.pop("lambda_c", 5.0))
+    return BasinPolicy(BasinParams(**kw), predictor=predictor, cliff=cliff)
 
 
 def test_reference_budget_is_the_cliff_margin_capped_by_capacity():
@@ -52,7 +53,7 @@ def test_reference_budget_is_the_cliff_margin_capped_by_capacity():
     p.control(signals(0.0, active=10), [])
     # B0 = min(m kappa x_k C, C) = min(0.9 * 1.9 * 1e6, 1e6)
     assert p.state.b0 == GPU
-    p2 = BasinPolicy(TablePredictor(), CliffSummary(kappa=0.4))
+    p2 = BasinPolicy(predictor=TablePredictor(), cliff=CliffSummary(kappa=0.4))
     p2.control(signals(0.0, active=10), [])
     assert math.isclose(p2.state.b0, 0.9 * 0.4 * 1.9 * GPU)
 
@@ -116,7 +117,7 @@ def test_priority_is_fixed_at_the_first_call_and_favours_small_sessions():
 
 
 def test_prior_controller_orders_by_arrival():
-    p = BasinPriorPolicy(None, CliffSummary())
+    p = BasinPriorPolicy(cliff=CliffSummary())
     p.on_session_arrival(info(1, 5.0), signals(5.0))
     p.on_session_arrival(info(2, 7.0, first_prompt=100), signals(7.0))
     assert p.priority_key(1) == 5.0 and p.priority_key(2) == 7.0
@@ -260,7 +261,7 @@ def test_fixed_cap_when_growth_past_it_is_switched_off():
 
 def test_prior_controller_keeps_the_fixed_cap():
     # It admits by current context, already in working-set units.
-    p = BasinPriorPolicy(None, CliffSummary(kappa=1.0, x_knee=1.9, lambda_c_per_min=5.0), cooldown_s=10_000.0)
+    p = BasinPriorPolicy(BasinParams(cooldown_s=10_000.0), cliff=CliffSummary(kappa=1.0, x_knee=1.9, lambda_c_per_min=5.0))
     p.control(signals(0.0, active=10, hit=0.95), [])
     assert p.on_session_arrival(info(0, 1.0), signals(1.0)) is Admission.ADMIT
     p.control(signals(5.0, active=55, hit=0.95), [])

@@ -4,24 +4,29 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from policy_helpers import info, signals
 
-from basin.policy.base import Admission
-from basin.policy.concur import ConcurPolicy
-from basin.policy.registry import make_policy
+from basin.policy.base import Admission, EngineNeeds
+from basin.policy.concur import ConcurParams, ConcurPolicy
+from basin.policy.params import PolicyParamError
+from basin.policy.registry import policy_class
 
 
 def _policy(window: float, agents: int = 0, **kw) -> ConcurPolicy:
-    p = ConcurPolicy(w_init=window, **kw)
+    p = ConcurPolicy(ConcurParams(w_init=window, **kw))
     for uid in range(agents):
         p.active[uid] = (True, float(uid))
     return p
 
 
 def test_registered_with_the_papers_constants():
-    p = make_policy("concur")
-    assert isinstance(p, ConcurPolicy)
-    assert (p.alpha, p.beta, p.u_low, p.u_high, p.h_thresh, p.tick_s) == (2.0, 0.5, 0.2, 0.5, 0.7, 1.0)
+    assert policy_class("concur") is ConcurPolicy
+    p = ConcurPolicy()
+    q = p.params
+    assert (q.alpha, q.beta, q.u_low, q.u_high, q.h_thresh, q.tick_s) == (2.0, 0.5, 0.2, 0.5, 0.7, 1.0)
+    assert (p.window, q.w_min, q.w_max) == (4.0, 1.0, None)
+    assert p.needs == EngineNeeds()
 
 
 def test_additive_increase_below_u_low():
@@ -93,3 +98,47 @@ def test_turn_boundaries_update_the_active_agents():
     assert p.active[1] == (True, 4.0)
     p.on_session_finished(1, 9.0)
     assert not p.active
+
+
+def test_params_refuse_wrong_types_and_out_of_range_values():
+    assert ConcurParams(w_init=4, w_max=8).w_max == 8.0
+    with pytest.raises(PolicyParamError, match="policy 'concur', parameter 'alpha'.*a number"):
+        ConcurParams(alpha="2")
+    with pytest.raises(PolicyParamError, match="parameter 'w_max'.*a number"):
+        ConcurParams(w_max=True)
+    with pytest.raises(PolicyParamError, match="parameter 'beta'.*\\(0, 1\\]"):
+        ConcurParams(beta=1.5)
+    with pytest.raises(PolicyParamError, match="parameter 'beta'"):
+        ConcurParams(beta=0.0)
+    with pytest.raises(PolicyParamError, match="parameter 'u_low'"):
+        ConcurParams(u_low=-0.1)
+    with pytest.raises(PolicyParamError, match="parameter 'u_high'.*u_low"):
+        ConcurParams(u_low=0.6, u_high=0.5)
+    with pytest.raises(PolicyParamError, match="parameter 'h_thresh'"):
+        ConcurParams(h_thresh=70.0)
+    with pytest.raises(PolicyParamError, match="parameter 'w_min'.*>= 1"):
+        ConcurParams(w_min=0.5, w_init=0.5)
+    with pytest.raises(PolicyParamError, match="parameter 'w_init'.*w_min"):
+        ConcurParams(w_init=2.0, w_min=3.0)
+    with pytest.raises(PolicyParamError, match="parameter 'w_max'.*w_init"):
+        ConcurParams(w_init=4.0, w_max=3.0)
+    with pytest.raises(PolicyParamError, match="parameter 'tick_s'"):
+        ConcurParams(tick_s=0.0)
+    with pytest.raises(PolicyParamError, match="parameter 'gamma': unknown; known parameters: alpha, beta"):
+        ConcurParams.from_mapping({"gamma": 1.0})
+
+
+def test_update_params_changes_the_law_and_a_bad_update_keeps_the_old_settings():
+    p = _policy(10.0, agents=50)
+    assert p.update_window(0.1, 0.9) == 12.0
+    p.update_params(alpha=5.0, tick_s=2.0)
+    assert p.update_window(0.1, 0.9) == 17.0           # the window is run state: kept
+    assert p.control(signals(1.0, decode_used_fraction=0.5), []).next_tick_s == 2.0
+    p.update_params(w_max=15.0)
+    assert p.update_window(0.3, 0.9) == 15.0           # clamped by the new bound at once
+    before = p.params
+    with pytest.raises(PolicyParamError, match="w_max"):
+        p.update_params(w_max=2.0)                     # below w_init
+    with pytest.raises(PolicyParamError, match="beta"):
+        p.update_params(alpha=1.0, beta=2.0)
+    assert p.params is before and p.params.alpha == 5.0

@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 from test_sim_engine import CheckedSimulator, config, make_arrivals, make_sessions
 
-from basin.policy.crossflow import CrossflowPolicy
-from basin.policy.registry import make_policy
+from basin.catalog import load_hardware
+from basin.policy.base import BorrowSettings
+from basin.policy.crossflow import CrossflowParams, CrossflowPolicy
+from basin.policy.params import PolicyParamError
+from basin.policy.registry import policy_class
 from basin.sim.borrow import BorrowConfig, PrefillBorrower, attach_borrowing
 from basin.sim.cache import RadixCache
-from basin.sim.config import load_hardware
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
 from basin.sim.prefill import PrefillInstance
@@ -28,11 +30,40 @@ def _borrower(**kw) -> PrefillBorrower:
 
 
 def test_policy_declares_the_mechanism_and_its_parameters():
-    p = make_policy("crossflow", chunk_charge_s=0.02)
-    assert isinstance(p, CrossflowPolicy)
-    assert p.needs.decode_runs_prefill
-    assert p.needs.extra["borrow"]["chunk_charge_s"] == 0.02
-    assert make_policy("crossflow").needs.extra["borrow"]["chunk_charge_s"] == 0.0
+    assert policy_class("crossflow") is CrossflowPolicy
+    p = CrossflowPolicy(CrossflowParams.from_mapping({"chunk_charge_s": 0.02}))
+    assert p.needs.decode_prefill_borrowing == BorrowSettings(margin=0.1, chunk_charge_s=0.02,
+                                                              min_chunk_tokens=256, step_token_budget=None)
+    assert p.needs.required() == ("prefill on decode instances",)
+    assert not p.needs.prefix_pins and not p.needs.decode_memory_lending
+    assert CrossflowPolicy().needs.decode_prefill_borrowing == BorrowSettings()
+
+
+def test_params_refuse_wrong_types_and_out_of_range_values():
+    assert CrossflowParams(margin=0.999).margin == 0.999   # the sensitivity run of docs/results.md
+    with pytest.raises(PolicyParamError, match="policy 'crossflow', parameter 'min_chunk_tokens'.*whole number"):
+        CrossflowParams(min_chunk_tokens=256.0)
+    with pytest.raises(PolicyParamError, match="parameter 'step_token_budget'.*whole number"):
+        CrossflowParams(step_token_budget="8192")
+    with pytest.raises(PolicyParamError, match="parameter 'margin'.*\\[0, 1\\)"):
+        CrossflowParams(margin=1.0)
+    with pytest.raises(PolicyParamError, match="parameter 'chunk_charge_s'"):
+        CrossflowParams(chunk_charge_s=-0.01)
+    with pytest.raises(PolicyParamError, match="parameter 'min_chunk_tokens'"):
+        CrossflowParams(min_chunk_tokens=0)
+    with pytest.raises(PolicyParamError, match="parameter 'step_token_budget'"):
+        CrossflowParams(step_token_budget=0)
+    with pytest.raises(PolicyParamError, match="parameter 'lease': unknown; known parameters: margin"):
+        CrossflowParams.from_mapping({"lease": 3})
+
+
+def test_update_params_changes_what_the_policy_needs_and_a_bad_update_keeps_it():
+    p = CrossflowPolicy()
+    p.update_params(margin=0.2, step_token_budget=4096)
+    assert p.needs.decode_prefill_borrowing == BorrowSettings(margin=0.2, step_token_budget=4096)
+    with pytest.raises(PolicyParamError, match="margin"):
+        p.update_params(margin=-0.1)
+    assert p.params == CrossflowParams(margin=0.2, step_token_budget=4096)
 
 
 def test_chunk_keeps_the_mixed_step_within_the_lease_target():

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import pytest
 from policy_helpers import info, signals
 
-from basin.policy.base import Admission
-from basin.policy.registry import make_policy
-from basin.policy.thunderagent import ACTING, REASONING, Program, ThunderAgentPolicy, best_fit_decreasing
+from basin.policy.base import Admission, EngineNeeds
+from basin.policy.params import PolicyParamError
+from basin.policy.registry import policy_class
+from basin.policy.thunderagent import (
+    ACTING,
+    REASONING,
+    Program,
+    ThunderAgentParams,
+    ThunderAgentPolicy,
+    best_fit_decreasing,
+)
 
 # Capacity in these tests: max(gpu 100K, host 200K) = 200K tokens.
 
@@ -23,13 +32,14 @@ def _finish(p: ThunderAgentPolicy, uid: int, tokens: int, t: float) -> None:
 
 
 def test_capacity_is_the_larger_cache_tier_and_ticks_every_5_s():
-    p = make_policy("thunderagent")
-    assert isinstance(p, ThunderAgentPolicy)
+    assert policy_class("thunderagent") is ThunderAgentPolicy
+    p = ThunderAgentPolicy()
+    assert p.needs == EngineNeeds()
     d = p.control(signals(0.0, gpu_cache_tokens=100_000, host_cache_tokens=250_000), [])
     assert p.capacity() == 250_000 and d.next_tick_s == 5.0
     p.control(signals(0.0, gpu_cache_tokens=100_000, host_cache_tokens=0), [])
     assert p.capacity() == 100_000
-    gpu_only = ThunderAgentPolicy(capacity="gpu")
+    gpu_only = ThunderAgentPolicy(ThunderAgentParams(capacity="gpu"))
     gpu_only.control(signals(0.0), [])
     assert gpu_only.capacity() == 100_000
 
@@ -86,7 +96,7 @@ def test_pause_takes_the_smallest_acting_program_first_then_marks_reasoning():
 
 
 def test_mark_all_reproduces_the_code_quirk():
-    p = ThunderAgentPolicy(mark_all=True)
+    p = ThunderAgentPolicy(ThunderAgentParams(mark_all=True))
     p.control(signals(0.0), [])
     _admit(p, 1, 90_000)
     _admit(p, 2, 60_000)
@@ -102,7 +112,7 @@ def test_mark_all_reproduces_the_code_quirk():
 
 
 def test_resume_order_pending_first_then_new_then_acting_shortest_first():
-    p = ThunderAgentPolicy(decay="none")
+    p = ThunderAgentPolicy(ThunderAgentParams(decay="none"))
     p.control(signals(0.0), [])
     _admit(p, 1, 150_000)
     p.programs[2] = Program(2, 20_000, 0.0, admitted=True, paused=True, pending=True, held_since=1.0)
@@ -119,7 +129,7 @@ def test_resume_order_pending_first_then_new_then_acting_shortest_first():
 
 
 def test_resume_stops_at_the_first_program_that_does_not_fit():
-    p = ThunderAgentPolicy(decay="none")
+    p = ThunderAgentPolicy(ThunderAgentParams(decay="none"))
     p.control(signals(0.0), [])
     _admit(p, 1, 170_000)
     _admit(p, 2, 40_000)   # parked: does not fit
@@ -153,7 +163,7 @@ def test_forced_resume_after_30_minutes():
 
 
 def test_a_program_resumed_in_a_tick_is_not_paused_in_the_same_tick():
-    p = ThunderAgentPolicy(decay="resume")
+    p = ThunderAgentPolicy(ThunderAgentParams(decay="resume"))
     p.control(signals(0.0), [])
     _admit(p, 1, 150_000)
     _finish(p, 1, 150_000, 0.0)
@@ -162,6 +172,49 @@ def test_a_program_resumed_in_a_tick_is_not_paused_in_the_same_tick():
     d = p.control(signals(10.0), [2])
     assert d.release == (2,)
     assert 2 not in d.pause and d.pause == (1,)
+
+
+def test_params_refuse_wrong_types_and_out_of_range_values():
+    assert ThunderAgentParams(tick_s=5, capacity_scale=1).tick_s == 5.0
+    with pytest.raises(PolicyParamError, match="policy 'thunderagent', parameter 'decay'.*'none', 'resume', 'both'"):
+        ThunderAgentParams(decay="half")
+    with pytest.raises(PolicyParamError, match="parameter 'capacity'"):
+        ThunderAgentParams(capacity="host")
+    with pytest.raises(PolicyParamError, match="parameter 'buffer'.*whole number"):
+        ThunderAgentParams(buffer=100.5)
+    with pytest.raises(PolicyParamError, match="parameter 'mark_all'.*true or false"):
+        ThunderAgentParams(mark_all="yes")
+    with pytest.raises(PolicyParamError, match="parameter 'buffer'.*>= 0"):
+        ThunderAgentParams(buffer=-1)
+    with pytest.raises(PolicyParamError, match="parameter 'decay_half_life_s'.*> 0"):
+        ThunderAgentParams(decay_half_life_s=0.0)
+    with pytest.raises(PolicyParamError, match="parameter 'capacity_scale'"):
+        ThunderAgentParams(capacity_scale=0.0)
+    with pytest.raises(PolicyParamError, match="parameter 'tick_s'"):
+        ThunderAgentParams(tick_s=-5.0)
+    with pytest.raises(PolicyParamError, match="parameter 'force_after_s'"):
+        ThunderAgentParams(force_after_s=-1.0)
+    with pytest.raises(PolicyParamError, match="parameter 'acting_weight'"):
+        ThunderAgentParams(acting_weight=-0.5)
+
+
+def test_update_params_changes_the_ledger_and_a_bad_update_keeps_the_old_settings():
+    p = ThunderAgentPolicy()
+    p.control(signals(0.0), [])
+    _admit(p, 1, 50_000)
+    assert p.remaining(0.0) == 200_000 - 50_000 - 100
+    p.update_params(capacity="gpu", buffer=1000)
+    assert p.remaining(0.0) == 100_000 - 50_000 - 1000
+    assert _admit(p, 2, 49_500) is Admission.PARK          # fitted under the old bound
+    before = p.params
+    with pytest.raises(PolicyParamError, match="capacity_scale"):
+        p.update_params(capacity_scale=-2.0)
+    with pytest.raises(PolicyParamError, match="decay"):
+        p.update_params(capacity="sum", decay="always")   # one bad field: nothing changes
+    assert p.params is before and p.params.capacity == "gpu"
+    p.update_params(tick_s=2.0, capacity="sum")
+    d = p.control(signals(1.0), [2])
+    assert d.next_tick_s == 2.0 and d.release == (2,)       # 300K now: room for the parked session
 
 
 def test_best_fit_decreasing_places_largest_first_on_the_roomiest_backend():
@@ -183,7 +236,7 @@ def test_engine_reports_held_calls_and_keeps_its_invariants():
 
     sessions = make_sessions(40, seed=31, calls=(10, 20))
     arrivals = make_arrivals(sessions, 20.0, 900.0, seed=32)
-    policy = Recording(capacity_scale=0.05)   # a tight bound: pauses and parking happen
+    policy = Recording(ThunderAgentParams(capacity_scale=0.05))   # a tight bound: pauses and parking happen
     result = CheckedSimulator(config(arrivals, 900.0), policy).run()
     assert Recording.held > 0
     assert result.timeseries["parked_sessions"].max() > 0

@@ -1,5 +1,6 @@
-"""BASIN's cliff profiler: the kappa fit, the lower quartile, profile files,
-input errors, and one small real ramp through the ``basin profile`` command."""
+"""BASIN's cliff profiler: the kappa fit, the lower quartile, profile files
+(the catalogue's format), input errors, the ramp's reproduction of a shipped
+profile, and one small real ramp through the ``basin profile`` command."""
 
 from __future__ import annotations
 
@@ -13,20 +14,20 @@ import pytest
 
 from cli_helpers import run_basin as _run
 from basin.errors import BasinInputError
-from basin.predict import profile as prof_mod
-from basin.predict.cliff import X_KNEE, fit_kappa, lower_quartile, reference_hit, reference_shape
-from basin.predict.profile import (
+from basin.catalog import cliff_profiles as prof_mod
+from basin.catalog.cliff_profiles import (
     CliffProfile,
     RampRun,
     RampSettings,
     default_profile_path,
     load_profile,
-    profile_deployment,
+    override_deployment,
     profile_from_dict,
     save_profile,
 )
-
-
+from basin.experiments import ramp as ramp_mod
+from basin.experiments.ramp import LoadRamp, default_ramp, profile_deployment, profile_scenario
+from basin.predict.cliff import X_KNEE, fit_kappa, lower_quartile, reference_hit, reference_shape
 
 
 def _ramp_like_points(kappa: float, rng: np.random.Generator, noise: float = 0.03,
@@ -113,7 +114,7 @@ def _handmade_profile() -> CliffProfile:
                         warm_sessions=12, workload_sessions=300)
     runs = tuple(
         RampRun(seed=s, kappa=k, plateau_hit=0.93, floor_hit=0.07, fit_rmse=0.04, lambda_c_per_min=lam,
-                critical_rate_per_min=4.0, step_rate_per_min=ramp.rates(),
+                healthy_step_rate_per_min=4.0, step_rate_per_min=ramp.rates(),
                 step_arrivals_per_min=(2.25, 4.0, 7.5), step_completions_per_min=(2.0, 3.75, 1.5),
                 step_active_sessions=(14.5, 30.25, 120.0), step_hit_rate=(0.95, 0.9, 0.1),
                 step_working_set_ratio=(0.4, 1.1, 3.2), points_x=(0.4, 0.5, 1.1, 3.2), points_hit=(0.95, 0.94, 0.9, 0.1))
@@ -122,7 +123,7 @@ def _handmade_profile() -> CliffProfile:
     return CliffProfile(
         deployment="1p1d-h100", router="cache-aware", workload="terminal-bench", kappa=lower_quartile(kappas),
         x_knee=X_KNEE, lambda_c_per_min=4.25, gpu_cache_tokens=1_090_000, host_cache_tokens=0, kappas=kappas,
-        lambda_c_per_repeat=tuple(r.lambda_c_per_min for r in runs), critical_rate_per_min=4.0,
+        lambda_c_per_repeat=tuple(r.lambda_c_per_min for r in runs), healthy_step_rate_per_min=4.0,
         plateau_hit=0.93, floor_hit=0.07, hardware="h100-nvl", prefill_instances=1, decode_instances=1,
         host_ratio=0.0, seed=0, ramp=ramp, runs=runs)
 
@@ -175,6 +176,29 @@ def test_bad_profile_files_name_the_field(tmp_path: Path) -> None:
         load_profile(tmp_path / "missing.yaml")
     with pytest.raises(BasinInputError, match="unknown profile 'no-such'"):
         load_profile("no-such")
+    text = save_profile(_handmade_profile(), tmp_path / "ok.yaml").read_text()
+    (tmp_path / "old.yaml").write_text(text.replace("healthy_step_rate_per_min", "critical_rate_per_min"))
+    with pytest.raises(BasinInputError, match="'critical_rate_per_min' is now called 'healthy_step_rate_per_min'"):
+        load_profile(tmp_path / "old.yaml")
+    path.write_text(json.dumps(dict(data, router="round-robin")))
+    with pytest.raises(BasinInputError, match="field 'router'.*round-robin"):
+        load_profile(path)
+    runs = [dict(data["runs"][0], seed=-1)] + data["runs"][1:]
+    path.write_text(json.dumps(dict(data, runs=runs)))
+    with pytest.raises(BasinInputError, match=r"field 'runs\.0\.seed'"):
+        load_profile(path)
+
+
+def test_the_format_uses_the_one_effective_capacity(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[int, int]] = []
+
+    def spy(gpu: int, host: int, lent: int = 0) -> int:
+        seen.append((gpu, host))
+        return max(gpu + lent, host)
+
+    monkeypatch.setattr(prof_mod, "effective_cache_tokens", spy)
+    p = dataclasses.replace(_handmade_profile(), gpu_cache_tokens=1000, host_cache_tokens=5000)
+    assert p.effective_cache_tokens == 5000 and seen == [(1000, 5000)]
 
 
 # ---------------------------------------------------------------------------
@@ -195,7 +219,7 @@ def test_bad_profiling_input_names_the_field_and_fix() -> None:
     with pytest.raises(BasinInputError, match="settle_min"):
         RampSettings(start_per_min=1.0, end_per_min=4.0, step_min=4, settle_min=3)
     with pytest.raises(BasinInputError, match="unknown setting 'rate'"):
-        prof_mod.default_ramp("1p1d-h100", rate=3.0)
+        default_ramp("1p1d-h100", rate=3.0)
 
 
 def test_cli_rejects_bad_options_cleanly(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -246,3 +270,60 @@ def test_shipped_profiles_load_and_are_consistent() -> None:
         assert p.kappa == pytest.approx(lower_quartile(p.kappas), abs=1e-4), path
         assert p.lambda_c_per_min > 0 and math.isfinite(p.cliff_tokens), path
         assert dataclasses.replace(p) == p
+
+
+# ---------------------------------------------------------------------------
+# the ramp as one scenario, reproducing the shipped profile
+
+
+def test_a_profiling_ramp_is_a_load_ramp_scenario() -> None:
+    shipped = load_profile("2p6d-h200-least-loaded")
+    dep = override_deployment(shipped.deployment, shipped.router)
+    sc = profile_scenario(shipped.deployment, dep, shipped.workload, shipped.ramp, seed=4)
+    rates = shipped.ramp.rates()
+    assert sc.arrivals.base_per_min == rates[0] and sc.seed == 4 and sc.policy == "hicache"
+    assert [(c.at_min, c.per_min) for c in sc.arrivals.rate_changes] == \
+        [(i * 15.0, r) for i, r in enumerate(rates) if i > 0]
+    assert sc.router == "least-loaded" and sc.host_ratio == dep.host_ratio
+    assert sc.duration_min == sc.measure_end_min == shipped.ramp.duration_min
+    assert sc.arrivals.warm_sessions == shipped.ramp.warm_sessions and sc.surge.factor == 1.0
+    assert sc.workload.sessions == shipped.ramp.workload_sessions
+    assert LoadRamp((1.0, 2.0), 5).rate_changes() == [{"at_min": 5, "per_min": 2.0}]
+    with pytest.raises(BasinInputError, match="at least one step rate"):
+        LoadRamp((), 5)
+
+
+@pytest.mark.parametrize("name", ["1p1d-h100", "1p3d-h200"])
+def test_the_default_ramp_is_the_shipped_profiles(name: str) -> None:
+    shipped = load_profile(name)
+    assert default_ramp(name, shipped.workload, seed=shipped.seed) == shipped.ramp
+
+
+def test_profiling_again_reproduces_the_shipped_profile() -> None:
+    # The whole 1P1D H100 profile (3 ramps of 225 simulated minutes, about
+    # 15 s on two cores): every stored figure comes back.
+    shipped = load_profile("1p1d-h100")
+    p = profile_deployment(shipped.deployment, shipped.workload, repeats=shipped.repeats, seed=shipped.seed,
+                           workers=2)
+    assert p.ramp == shipped.ramp
+    assert (p.kappa, p.kappas, p.lambda_c_per_min, p.lambda_c_per_repeat) == \
+        (shipped.kappa, shipped.kappas, shipped.lambda_c_per_min, shipped.lambda_c_per_repeat)
+    assert p.to_dict() == shipped.to_dict()
+
+
+def test_profile_runs_its_ramps_on_the_one_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    shipped = load_profile("1p1d-h100")
+    seen: list[tuple[object, int, int | None]] = []
+
+    def fake_pool(fn, jobs, workers=None, progress=None, on_result=None):  # type: ignore[no-untyped-def]
+        seen.append((fn, len(jobs), workers))
+        # Stand-ins for the ramps, in reverse completion order.
+        return [dataclasses.replace(shipped.runs[job[4]]) for job in reversed(jobs)]
+
+    monkeypatch.setattr(ramp_mod, "run_jobs", fake_pool)
+    p = profile_deployment("1p1d-h100", repeats=3, ramp=shipped.ramp, workers=2)
+    assert seen == [(ramp_mod._ramp_job, 3, 2)]
+    assert [r.seed for r in p.runs] == [0, 1, 2]
+    assert (p.kappa, p.kappas, p.lambda_c_per_min) == (shipped.kappa, shipped.kappas, shipped.lambda_c_per_min)
+    assert p.healthy_step_rate_per_min == shipped.healthy_step_rate_per_min
+    assert p.to_dict() == shipped.to_dict()

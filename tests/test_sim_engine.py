@@ -10,7 +10,7 @@ import pytest
 from basin.policy.base import Admission, ControlDecision, Policy
 from basin.policy.hicache import HiCachePolicy
 from basin.sim.cache import RadixCache
-from basin.sim.config import load_deployment, load_hardware
+from basin.catalog import load_deployment, load_hardware
 from basin.sim.decode import DecodeInstance
 from basin.sim.engine import Intervention, SimConfig, Simulator
 from basin.workload.arrivals import SessionArrival
@@ -64,7 +64,10 @@ class CheckedSimulator(Simulator):
         for d in self.decodes:
             assert 0 <= d.used <= d.capacity, "decode memory over capacity"
             assert d.reserved_idle >= 0
-        assert self.working_set == sum(s.context_tokens for s in self.active), "working set drift"
+        assert self.driver.working_set_tokens == sum(s.context_tokens for s in self.active), "working set drift"
+        assert self.driver.admitted_count == len(self.active), "driver and engine disagree on who is active"
+        assert set(self.driver.parked) == {s.uid for s in self.sessions
+                                           if s.uid in self.driver.sessions and s not in self.active}
         assert sum(self.active_by_tag.values()) == len(self.active)
 
 

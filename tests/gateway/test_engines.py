@@ -19,14 +19,11 @@ import pytest
 from aiohttp import web
 
 from basin.errors import BasinInputError
-from basin.gateway.engines import (
-    ENGINES,
-    EngineAdapter,
-    EngineSnapshot,
-    MetricsError,
-    MetricsPoller,
-    make_adapter,
-)
+from basin.gateway.adapters import ENGINES, make_adapter
+from basin.gateway.adapters.base import EngineAdapter
+from basin.gateway.exposition import MetricsError
+from basin.gateway.poller import MetricsPoller
+from basin.gateway.snapshot import EngineSnapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

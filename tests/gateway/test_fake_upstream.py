@@ -12,12 +12,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from basin.gateway.fake_upstream import FakeUpstream, FakeUpstreamConfig, count_tokens
+from tests.support.fake_upstream import FakeUpstream, FakeUpstreamConfig, count_tokens
+
+#: Where ``python -m tests.support.fake_upstream`` resolves.
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 Scenario = Callable[[FakeUpstream, str, aiohttp.ClientSession], Awaitable[Any]]
 
@@ -433,7 +437,8 @@ def test_token_delays_pace_the_stream() -> None:
 
 def test_cli_serves_until_interrupted() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "basin.gateway.fake_upstream", "--port", "0", "--tokens", "3", "--engine", "sglang"],
+        [sys.executable, "-m", "tests.support.fake_upstream", "--port", "0", "--tokens", "3", "--engine", "sglang"],
+        cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -15,7 +15,7 @@ from basin.gateway.gate import UNKNOWN_CAPACITY_TOKENS, Gate, ShedError
 from basin.gateway.sessions import SessionState
 from basin.gateway.usage import CallUsage
 from basin.policy.base import Admission, ControlDecision, Policy
-from basin.policy.basin import BasinPolicy, CliffSummary
+from basin.policy.basin import BasinParams, BasinPolicy, CliffSummary
 from basin.predict.peak import GrowthPredictor
 
 CONFIG = GatewayConfig(upstream="http://127.0.0.1:9", idle_timeout_s=100.0)
@@ -207,6 +207,8 @@ def test_draining_refuses_new_sessions_only():
 
 
 class StaleEngine:
+    capacity_tokens = None
+
     def __init__(self, snapshot: object, age_s: float):
         self.latest, self.age_s = snapshot, age_s
 
@@ -243,8 +245,8 @@ def test_signals_use_fresh_scrapes_and_treat_stale_ones_as_unknown():
 
 
 def _basin(capacity: int) -> tuple[Gate, BasinPolicy]:
-    policy = BasinPolicy(GrowthPredictor(1.5), CliffSummary(kappa=1.0, x_knee=1.0), lending=False,
-                         margin=1.0, cooldown_s=60.0)
+    policy = BasinPolicy(BasinParams(lending=False, margin=1.0, cooldown_s=60.0), predictor=GrowthPredictor(1.5),
+                         cliff=CliffSummary(kappa=1.0, x_knee=1.0))
     return Gate(policy, CONFIG, capacity_tokens=capacity), policy
 
 
@@ -284,15 +286,22 @@ def test_set_params_validates_names_and_types():
     gate, policy = _basin(capacity=4_000)
     assert gate.set_params({"budget_high": 3})["budget_high"] == 3.0
     assert policy.params.budget_high == 3.0
-    with pytest.raises(ValueError, match="unknown parameter 'nope'"):
+    with pytest.raises(ValueError, match="parameter 'nope': unknown"):
         gate.set_params({"nope": 1})
-    with pytest.raises(ValueError, match="expected bool"):
+    with pytest.raises(ValueError, match="'shedding': expected true or false"):
         gate.set_params({"shedding": 1})
-    with pytest.raises(ValueError, match="expected int"):
+    with pytest.raises(ValueError, match="'backlog_ticks': expected a whole number"):
         gate.set_params({"backlog_ticks": 2.5})
-    with pytest.raises(ValueError, match="engine-side mechanism"):
+    # Values out of range are refused before they reach a tick (a tick that
+    # raised would stop the control loop).
+    with pytest.raises(ValueError, match="'context_smoothing_s': must be > 0"):
+        gate.set_params({"context_smoothing_s": 0})
+    with pytest.raises(ValueError, match="'budget_high': must be >= budget_low"):
+        gate.set_params({"budget_high": -5})
+    with pytest.raises(ValueError, match="decode-memory lending inside the engine"):
         gate.set_params({"lending": True})
-    with pytest.raises(ValueError, match="no run-time parameters"):
+    assert policy.params.budget_high == 3.0 and policy.params.lending is False  # refusals changed nothing
+    with pytest.raises(ValueError, match="parameter 'x': unknown; known parameters: [(]none[)]"):
         Gate(Scripted([]), CONFIG).set_params({"x": 1})
 
 

@@ -12,10 +12,10 @@ import aiohttp
 import pytest
 
 from basin.gateway.config import GatewayConfig
-from basin.gateway.fake_upstream import FakeUpstream, FakeUpstreamConfig
 from basin.gateway.server import GatewayServer
 from basin.gateway.sessions import SessionState
 from basin.policy.base import Admission, ControlDecision, Policy
+from tests.support.fake_upstream import FakeUpstream, FakeUpstreamConfig
 
 TOKEN = "test-admin-token-0123456789"
 
@@ -28,6 +28,7 @@ class QueuePolicy(Policy):
     name = "queue"
 
     def __init__(self, admit_first: int = 0, shed: tuple[str, ...] = (), release_per_tick: int = 0):
+        super().__init__()
         self.admit_first, self.shed, self.release_per_tick = admit_first, shed, release_per_tick
         self.prio: dict[int, float] = {}
         self.admitted = 0
@@ -350,7 +351,7 @@ def test_gateway_metrics_and_admin_api():
                 state = await r.json()
                 assert state["sessions"]["admitted"] == 1 and state["engine"]["name"] == "llamacpp"
             async with client.post(url + "/admin/params", json={"x": 1}, headers=auth) as r:
-                assert r.status == 400 and "no run-time parameters" in (await r.json())["error"]["message"]
+                assert r.status == 400 and "parameter 'x': unknown" in (await r.json())["error"]["message"]
             async with client.post(url + "/admin/drain", headers=auth) as r:
                 assert r.status == 200
             async with client.post(url + "/v1/chat/completions", json=chat("late")) as r:

@@ -9,10 +9,10 @@ import pytest
 
 from basin.errors import BasinInputError
 from basin.gateway.config import GatewayConfig
-from basin.gateway.fake_upstream import FakeUpstream, FakeUpstreamConfig
 from basin.gateway.replay import ReplaySettings, SessionConversation, replay, schedule_sessions
 from basin.gateway.server import GatewayServer
 from basin.workload.records import Call, Session
+from tests.support.fake_upstream import FakeUpstream, FakeUpstreamConfig
 
 from .test_proxy import QueuePolicy
 

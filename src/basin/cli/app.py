@@ -40,6 +40,9 @@ def _register() -> None:
     from basin.cli import profile
 
     app.command("profile")(profile.profile)
+    from basin.cli import critical_rate
+
+    app.command("critical-rate")(critical_rate.critical_rate)
     from basin.cli import gateway
 
     app.command("gateway")(gateway.gateway)

@@ -11,11 +11,14 @@ from typing import Optional
 
 import typer
 
+from basin.gateway.adapters import engines_help
+
 
 def gateway(
     upstream: Optional[str] = typer.Option(None, "--upstream", help="Engine or router base URL, e.g. "
                                            "http://127.0.0.1:30000 (required here or in --config)."),
-    engine: Optional[str] = typer.Option(None, "--engine", help="sglang, vllm, llamacpp or openai (no metrics)."),
+    engine: Optional[str] = typer.Option(None, "--engine", help=f"{engines_help()}; openai (the default) is "
+                                         "any OpenAI-compatible server and has no metrics."),
     metrics_url: list[str] = typer.Option([], "--metrics-url", help="/metrics of the engine or of each PD "
                                           "prefill server; repeatable (default UPSTREAM/metrics)."),
     decode_metrics_url: list[str] = typer.Option([], "--decode-metrics-url", help="/metrics of each PD decode "
@@ -38,7 +41,7 @@ def gateway(
     """
     from basin.errors import BasinInputError
     from basin.gateway.config import load_gateway_config, parse_listen
-    from basin.gateway.server import serve_forever
+    from basin.gateway.server import build_policy, serve_forever
 
     params: dict[str, object] = {}
     for item in param:
@@ -64,6 +67,7 @@ def gateway(
     if not isinstance(level, int):
         raise BasinInputError(f"--log-level {log_level!r}: use debug, info, warning or error")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    policy = build_policy(cfg)  # refused here, before anything listens, if a gateway cannot run it
     try:
         import uvloop  # the faster event loop where it exists: the gateway is on every call's path
 
@@ -71,7 +75,7 @@ def gateway(
     except ImportError:
         run_loop = asyncio.run
     try:
-        run_loop(serve_forever(cfg))
+        run_loop(serve_forever(cfg, policy))
     except KeyboardInterrupt:
         pass
     except OSError as exc:

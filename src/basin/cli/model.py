@@ -42,7 +42,8 @@ def _resolve(scenario: Optional[str], set_: Optional[list[str]], deployment: Opt
     from basin.model.curves import named_curve
     from basin.model.params import WorkloadInput, derive_params, load_workload, resolve_deployment
     from basin.model.throughput import FluidModel
-    from basin.workload.arrivals import PoissonSchedule, RateChange, Surge
+    from basin.experiments.runner import base_rate_per_min, schedule_for
+    from basin.workload.arrivals import PoissonSchedule, Surge
 
     hit_curve = named_curve(curve)
     schedule = None
@@ -63,20 +64,8 @@ def _resolve(scenario: Optional[str], set_: Optional[list[str]], deployment: Opt
         dep, hw = resolve_deployment(sc.deployment, sc.host_ratio)
         ws = sc.workload
         spec = WorkloadInput(ws.name, ws.sessions, sc.seed, ws.tool_time, ws.output, ws.prompt, ws.max_calls)
-        base = sc.arrivals.base_per_min
-        if base is None:
-            if dep.critical_rate_per_min is None:
-                raise BasinInputError(
-                    f"scenario '{sc.name}': arrivals.base_fraction_of_critical needs the deployment's "
-                    "critical_rate_per_min; set it in the deployment file or give --rate")
-            base = sc.arrivals.base_fraction_of_critical * dep.critical_rate_per_min  # type: ignore[operator]
-        surges = []
-        if sc.surge.factor != 1.0 and sc.surge.end_min > sc.surge.start_min:
-            surges.append(Surge(sc.surge.start_min, sc.surge.end_min, sc.surge.factor))
-        changes = [RateChange(c.at_min, c.per_min) for c in sc.arrivals.rate_changes]
-        changes += [RateChange(iv.at_min, iv.set_rate_per_min) for iv in sc.interventions
-                    if iv.set_rate_per_min is not None]
-        schedule = PoissonSchedule(rate if rate is not None else base, tuple(surges), tuple(changes))
+        base = rate if rate is not None else base_rate_per_min(sc, dep)
+        schedule = schedule_for(sc, base)
         duration_min = duration if duration is not None else sc.duration_min
         if n0 is None and sc.arrivals.warm_sessions > 0:
             n0 = float(sc.arrivals.warm_sessions)
@@ -275,9 +264,9 @@ def classify_cmd(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from basin.model.classify import default_cache_dir, default_grid, grid_scenarios, run_grid
+    from basin.experiments.classify import default_cache_dir, grid_scenarios, plot_classification, run_grid
+    from basin.model.classify import default_grid
     from basin.model.curves import named_curve
-    from basin.model.plots import plot_classification
 
     seed_list = _seeds(seeds)
     hit_curve = named_curve(curve)
@@ -309,7 +298,7 @@ def classify_cmd(
     if plot is not None:
         _err.print(f"wrote {plot_classification(summary, plot)}")
     if ramp_plots is not None:
-        from basin.model.classify import RunCache
+        from basin.experiments.classify import RunCache
         from basin.model.plots import plot_model_vs_ramp
 
         cache = RunCache(directory)
@@ -322,9 +311,9 @@ def classify_cmd(
     data = summary.to_dict()
     data["elapsed_s"] = round(time.monotonic() - started, 1)
     if as_json:
-        from basin.model.analysis import finite_json
+        from basin.jsonvalues import json_value
 
-        print(json.dumps(finite_json(data)))
+        print(json.dumps(json_value(data)))
         return
     console = Console(width=max(Console().width, 130))
     rows = Table(title=f"first limit, simulator vs model ({len(points)} deployments, curve: {curve})")
@@ -381,7 +370,7 @@ def fit_curve_cmd(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from basin.model.classify import profile_hit_curve
+    from basin.experiments.classify import profile_hit_curve
     from basin.model.curves import SIMULATOR_TABLE, simulator_curve
     from basin.model.hitcurve import PaperHitCurve
     from basin.model.plots import plot_hit_curves

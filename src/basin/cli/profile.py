@@ -52,14 +52,10 @@ def profile(
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from basin.predict.profile import (
-        default_profile_path,
-        default_ramp,
-        plot_profile,
-        profile_deployment,
-        resolve_deployment,
-        save_profile,
-    )
+    from basin.catalog import critical_rate
+    from basin.catalog.cliff_profiles import default_profile_path, override_deployment, save_profile
+    from basin.experiments.plots import plot_profile
+    from basin.experiments.ramp import default_ramp, profile_deployment
 
     if repeats < 1:
         raise BasinInputError(f"--repeats {repeats}: give at least 1 ramp (3 is the default)")
@@ -67,7 +63,7 @@ def profile(
         raise BasinInputError(f"--workers {workers}: give at least 1 process")
     if out is not None and out.suffix.lower() not in (".yaml", ".yml", ".json"):
         raise BasinInputError(f"--out {out}: a profile file ends in .yaml, .yml or .json")
-    dep = resolve_deployment(deployment, router, host_ratio)
+    dep = override_deployment(deployment, router, host_ratio)
     overrides = {name: value for name, value in (
         ("start_per_min", start_rate), ("end_per_min", end_rate), ("steps", steps),
         ("step_min", step_min), ("settle_min", settle_min)) if value is not None}
@@ -83,17 +79,20 @@ def profile(
             bar.update(task, completed=done, total=total)
             bar.refresh()
 
-        prof = profile_deployment(dep, workload, repeats=repeats, seed=seed, progress=advance, ramp=ramp,
-                                  workers=workers)
+        prof = profile_deployment(deployment, workload, router, repeats=repeats, seed=seed, progress=advance,
+                                  host_ratio=host_ratio, ramp=ramp, workers=workers)
     save_profile(prof, path)
     png = path.with_suffix(".png") if plot else None
     if png is not None:
         plot_profile(prof, png)
-    critical = dep.critical_rate_per_min
+    # The catalogue's critical rate is for the deployment with its own host tier.
+    rate = critical_rate(dep.name, workload) if host_ratio is None or dep.host_ratio == \
+        override_deployment(deployment).host_ratio else None
+    critical = rate.per_min if rate is not None else None
     if as_json:
         data = prof.to_dict()
         data.pop("runs")
-        data.update(path=str(path), plot=str(png) if png else None, deployment_critical_rate_per_min=critical)
+        data.update(path=str(path), plot=str(png) if png else None, critical_rate_per_min=critical)
         typer.echo(json.dumps(data))
         return
     table = Table(title=f"cliff profile: {prof.deployment} ({prof.router}, {prof.workload})")
@@ -107,8 +106,8 @@ def profile(
                   f" / {prof.effective_cache_tokens / 1e6:.2f}M")
     table.add_row("lambda_c (median)", f"{prof.lambda_c_per_min:.2f} sessions/min")
     table.add_row("lambda_c per ramp", ", ".join(_f(v) for v in prof.lambda_c_per_repeat))
-    table.add_row("highest healthy step rate (median)", f"{_f(prof.critical_rate_per_min)} sessions/min")
-    table.add_row("deployment's critical_rate_per_min", _f(critical))
+    table.add_row("highest healthy step rate (median)", f"{_f(prof.healthy_step_rate_per_min)} sessions/min")
+    table.add_row("critical rate (profiles/critical-rates.yaml)", _f(critical))
     table.add_row("hit plateau / floor", f"{prof.plateau_hit:.2f} / {prof.floor_hit:.2f}")
     table.add_row("ramp", f"{prof.ramp.start_per_min:g}-{prof.ramp.end_per_min:g}/min, {prof.ramp.steps} steps "
                   f"x {prof.ramp.step_min} min")

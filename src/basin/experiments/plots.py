@@ -1,4 +1,5 @@
-"""Figures of runs: the per-minute story of a surge, and the cache cliff.
+"""Figures of runs: the per-minute story of a surge, the cache cliff, and a
+cliff profile's ramps (:func:`plot_profile`).
 
 Both figures are drawn from the recorded tables alone (via :mod:`basin.metrics`),
 so a simulated run and a replayed real run plot the same way. Matplotlib is
@@ -12,10 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from basin.catalog.cliff_profiles import reference_hit
 from basin.metrics import CliffPoints, cache_cliff_points, cliff_median_curve, hit_rate_per_minute
 from basin.metrics._tables import ACTIVE_TAG_PREFIX, SECONDS_PER_MINUTE, Table, floats
 from basin.plotting import new_figure as _new_figure
@@ -24,6 +27,8 @@ from basin.plotting import save_figure as _save
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+
+    from basin.catalog.cliff_profiles import CliffProfile
 
 #: Panels of :func:`plot_run_timeseries`, top to bottom.
 TIMESERIES_PANELS: tuple[str, ...] = ("active", "hit_rate", "ttft", "uncached", "decode_kv")
@@ -146,3 +151,77 @@ def plot_cliff(points_by_run: Mapping[str, CliffPoints | Table], out_png: str | 
         ax.set_title(title)
     _save(fig, out_png)
     return fig
+
+
+def plot_profile(profile: CliffProfile, out_png: str | os.PathLike[str]) -> Path:
+    """Two panels: hit rate against ``W / C_eff`` per window with each ramp's
+    fitted curve and the profile's (lower-quartile kappa); and per step the
+    arrival rate, the settled completion rate and the active sessions."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12.0, 4.8), dpi=120, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax_hit, ax_steps = fig.subplots(1, 2)
+    x_max = 0.0
+    for i, run in enumerate(profile.runs):
+        x = np.asarray(run.points_x)
+        x_max = max(x_max, float(np.max(x)) if x.size else 0.0)
+        ax_hit.scatter(x, run.points_hit, s=12, alpha=0.55, color=f"C{i % 10}",
+                       label=f"seed {run.seed}: kappa {run.kappa:.2f}")
+    # Deep in the trap the working set runs far past the cliff; the floor is
+    # clear well before that, so the axis stops at 2.5 times the cliff.
+    x_right = min(max(x_max, 0.1), 2.5 * profile.cliff_ratio)
+    hidden = sum(int(np.sum(np.asarray(run.points_x) > x_right)) for run in profile.runs)
+    grid = np.linspace(0.0, x_right, 400)
+    for i, run in enumerate(profile.runs):
+        ax_hit.plot(grid, reference_hit(grid, run.kappa, run.plateau_hit, run.floor_hit, profile.x_knee,
+                                        profile.steepness, profile.plateau_decline, profile.decline_start),
+                    color=f"C{i % 10}", lw=1.0, alpha=0.8)
+    ax_hit.plot(grid, profile.hit(grid), color="k", lw=2.2,
+                label=f"profile: kappa {profile.kappa:.2f} (lower quartile)")
+    ax_hit.axvline(profile.cliff_ratio, color="k", ls="--", lw=1.0,
+                   label=f"cliff W/C_eff = kappa x_k = {profile.cliff_ratio:.2f}")
+    ax_hit.axvline(1.0, color="0.5", ls=":", lw=1.0, label="W = C_eff")
+    if hidden:
+        ax_hit.text(0.98, 0.97, f"{hidden} windows further right not shown", transform=ax_hit.transAxes,
+                    ha="right", va="top", fontsize="small", color="0.3")
+    ax_hit.set_xlabel("working set / C_eff   (C_eff = max(GPU cache, host tier))")
+    ax_hit.set_ylabel(f"prefix hit rate ({profile.ramp.window_min}-min windows)")
+    ax_hit.set_ylim(0.0, 1.02)
+    ax_hit.set_xlim(0.0, grid[-1])
+    ax_hit.grid(True, alpha=0.3)
+    ax_hit.legend(loc="lower left", fontsize="small")
+    ax_hit.set_title("hit rate against working set")
+
+    ramp = profile.ramp
+    edges = np.arange(ramp.steps + 1) * ramp.step_min
+    rates = np.asarray(ramp.rates())
+    ax_steps.stairs(rates, edges, color="0.3", lw=1.5, label="arrival rate (set)")
+    mid = edges[:-1] + (ramp.settle_min + ramp.step_min) / 2.0
+    ax_act = ax_steps.twinx()
+    for i, run in enumerate(profile.runs):
+        ax_steps.plot(mid, run.step_completions_per_min, "o-", color=f"C{i % 10}", ms=4, lw=1.0,
+                      label=f"completions/min, seed {run.seed}")
+        ax_act.plot(mid, run.step_active_sessions, "s:", color=f"C{i % 10}", ms=3, lw=1.0, alpha=0.7)
+    ax_steps.axhline(profile.lambda_c_per_min, color="k", ls="--", lw=1.0,
+                     label=f"lambda_c = {profile.lambda_c_per_min:.1f}/min (median)")
+    ax_steps.set_xlabel("ramp time (min); markers: settled part of each step")
+    ax_steps.set_ylabel("sessions per minute")
+    ax_act.set_ylabel("active sessions (squares, dotted)")
+    ax_act.set_yscale("log")
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    ax_act.yaxis.set_major_formatter(ScalarFormatter())
+    ax_act.yaxis.set_minor_formatter(NullFormatter())
+    ax_steps.set_ylim(bottom=0.0)
+    ax_steps.grid(True, alpha=0.3)
+    ax_steps.legend(loc="upper left", fontsize="small")
+    ax_steps.set_title("the ramp: arrivals, completions, active sessions")
+    host = (f"host {profile.host_ratio:g}x" if profile.host_ratio > 0 else "GPU-only")
+    fig.suptitle(f"cliff profile: {profile.deployment} ({profile.prefill_instances}P{profile.decode_instances}D, "
+                 f"{host}, {profile.router}), {profile.workload}, {profile.repeats} ramps")
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png")
+    return out

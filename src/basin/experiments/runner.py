@@ -8,9 +8,9 @@ from typing import Callable
 from basin.errors import BasinInputError
 from basin.experiments.scenario import Scenario, WorkloadSpec
 from basin.metrics.summary import RunSummary, summarize_run
-from basin.policy.registry import make_policy
-from basin.sim.config import Deployment, load_deployment, load_hardware
-from basin.sim.engine import Intervention, RunResult, SimConfig, Simulator
+from basin.catalog import Deployment, load_deployment, load_hardware, require_critical_rate, with_host_ratio
+from basin.sim.engine import Intervention, RunResult, SimConfig, Simulator, switch_refusal
+from basin.systems import RunContext, build_policy
 from basin.workload.arrivals import PoissonSchedule, RateChange, Surge, draw_arrivals
 from basin.workload.presets import resolve_workload
 from basin.workload.records import Workload
@@ -35,23 +35,25 @@ def build_workload(spec: WorkloadSpec, seed: int) -> Workload:
 
 
 def deployment_for(scenario: Scenario) -> Deployment:
-    dep = load_deployment(scenario.deployment)
-    if scenario.host_ratio is not None:
-        dep = dep.model_copy(update={"host_ratio": scenario.host_ratio})
+    """The scenario's deployment with its host tier and router overrides applied."""
+    dep = with_host_ratio(load_deployment(scenario.deployment), scenario.host_ratio)
+    if scenario.router is not None and scenario.router != dep.router:
+        dep = dep.model_copy(update={"router": scenario.router})
     return dep
 
 
 def base_rate_per_min(scenario: Scenario, dep: Deployment) -> float:
+    """The scenario's base arrival rate: given, or a fraction of the
+    deployment's critical rate with the scenario's workload (the catalogue's)."""
     arr = scenario.arrivals
     if arr.base_per_min is not None:
         return arr.base_per_min
-    if dep.critical_rate_per_min is None:
-        raise BasinInputError(
-            f"scenario '{scenario.name}': field 'arrivals.base_fraction_of_critical' needs the "
-            f"deployment '{dep.name}' to have critical_rate_per_min; set it in the deployment "
-            f"file or give arrivals.base_per_min"
-        )
-    return arr.base_fraction_of_critical * dep.critical_rate_per_min  # type: ignore[operator]
+    if arr.base_fraction_of_critical is None:
+        raise BasinInputError(f"scenario '{scenario.name}': give arrivals.base_per_min or "
+                              "arrivals.base_fraction_of_critical")
+    rate = require_critical_rate(dep.name, scenario.workload.name,
+                                 f"scenario '{scenario.name}' (field 'arrivals.base_fraction_of_critical')")
+    return arr.base_fraction_of_critical * rate.per_min
 
 
 def schedule_for(scenario: Scenario, base: float) -> PoissonSchedule:
@@ -75,10 +77,10 @@ def run_scenario(scenario: Scenario, system: str | None = None,
     if params is None:
         params = scenario.policy_params if system == scenario.policy else {}
     dep = deployment_for(scenario)
-    context = {"deployment": scenario.deployment, "host_ratio": scenario.host_ratio,
-               "workload": scenario.workload.name}
-    policy = make_policy(system, context, **params)
     hardware = load_hardware(dep.hardware)
+    context = RunContext(deployment=dep, workload=scenario.workload.name, hardware=hardware,
+                         host_ratio=scenario.host_ratio)
+    policy = build_policy(system, params, context)
     workload = build_workload(scenario.workload, scenario.seed)
     burst = scenario.arrivals.burst_workload
     burst_workload = build_workload(burst, scenario.seed + 1) if burst is not None else None
@@ -88,12 +90,18 @@ def run_scenario(scenario: Scenario, system: str | None = None,
         seed=scenario.seed, warm_sessions=scenario.arrivals.warm_sessions, burst_workload=burst_workload,
     )
     interventions = []
+    needs = policy.needs
     for iv in scenario.interventions:
         if iv.terminate_tag is not None:
             interventions.append(Intervention(iv.at_min * 60.0, "terminate-tag", tag=iv.terminate_tag))
         elif iv.switch_policy is not None:
-            interventions.append(Intervention(iv.at_min * 60.0, "switch-policy",
-                                              policy=make_policy(iv.switch_policy or "", context)))
+            switched = build_policy(iv.switch_policy, {}, context)
+            refusal = switch_refusal(needs, switched.needs)
+            if refusal is not None:
+                raise BasinInputError(f"scenario '{scenario.name}': intervention at minute {iv.at_min:g} "
+                                      f"switches to '{iv.switch_policy}': {refusal}")
+            needs = switched.needs
+            interventions.append(Intervention(iv.at_min * 60.0, "switch-policy", policy=switched))
     config = SimConfig(
         hardware=hardware,
         deployment=dep,

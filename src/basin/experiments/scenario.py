@@ -14,9 +14,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from basin.catalog import RouterName
 from basin.errors import BasinInputError
 from basin.paths import SCENARIO_DIR
-from basin.sim.config import validation_message
+from basin.yamlfile import validation_message
 
 
 class _Model(BaseModel):
@@ -95,6 +96,8 @@ class Scenario(_Model):
     deployment: str
     #: Host tier as a multiple of the GPU prefix cache; overrides the deployment (0: GPU-only).
     host_ratio: float | None = Field(default=None, ge=0)
+    #: Prefill router; overrides the deployment's (None: its own).
+    router: RouterName | None = None
     workload: WorkloadSpec = WorkloadSpec()
     arrivals: ArrivalSpec
     surge: SurgeSpec = SurgeSpec()
@@ -167,6 +170,3 @@ def load_scenario(name_or_path: str, overrides: list[str] | None = None) -> Scen
     except ValidationError as exc:
         raise BasinInputError(validation_message(path, exc)) from None
 
-
-def list_scenarios() -> list[Scenario]:
-    return [load_scenario(str(p)) for p in sorted(SCENARIO_DIR.glob("*.yaml"))]

@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from basin.errors import BasinInputError
-from basin.sim.config import load_yaml, validation_message
+from basin.yamlfile import load_yaml, validation_message
 
-EngineName = Literal["sglang", "vllm", "llamacpp", "openai"]
+from basin.gateway.adapters import EngineName  # the engine registry's names
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
 

@@ -17,7 +17,9 @@ from typing import Callable, Sequence
 
 import aiohttp
 
-from basin.gateway.engines import EngineSnapshot, MetricsPoller, make_adapter
+from basin.gateway.adapters import make_adapter
+from basin.gateway.poller import MetricsPoller
+from basin.gateway.snapshot import EngineSnapshot
 
 
 def _mean(values: Sequence[float]) -> float:

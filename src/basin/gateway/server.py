@@ -17,29 +17,50 @@ import aiohttp
 from aiohttp import web
 
 from basin.gateway.config import GatewayConfig
-from basin.gateway.engines import make_adapter
+from basin.gateway.adapters import make_adapter
 from basin.gateway.gate import Gate
 from basin.gateway.proxy import GATED_PATHS, PASSTHROUGH_PATHS, Proxy, error_response
 from basin.gateway.scrape import EngineMetrics
 from basin.gateway.telemetry import Telemetry
+from basin.errors import BasinInputError
 from basin.policy.base import Policy
-from basin.policy.registry import make_policy
+from basin.policy.registry import policy_class, policy_names
+from basin.systems import BUILD_OPTIONS, RunContext
+from basin.systems import build_policy as build_system_policy
 
 log = logging.getLogger("basin.gateway")
 
-#: What BASIN needs inside the engine and a gateway cannot provide.
-ENGINE_SIDE_MECHANISMS = ("decode-memory lending", "decode reservation at prefill completion", "cache TTL pins")
+#: Gateway defaults of policies whose full form needs the engine's help:
+#: BASIN runs without decode-memory lending, which only an engine can do.
+GATEWAY_DEFAULTS: dict[str, dict[str, object]] = {"basin": {"lending": False}, "basin-prior": {"lending": False}}
 
 
 def build_policy(config: GatewayConfig) -> Policy:
-    """The configured policy, with the engine-side mechanisms switched off."""
-    policy = make_policy(config.policy, {"predictor": config.predictor, "profile": config.profile},
-                         **config.policy_params)
-    params = getattr(policy, "params", None)
-    if params is not None and dataclasses.is_dataclass(params) and "lending" in {
-            f.name for f in dataclasses.fields(params)}:
-        policy.params = dataclasses.replace(params, lending=False)  # type: ignore[attr-defined]
+    """The configured policy as a gateway can run it. A policy that needs an
+    engine mechanism a gateway cannot provide is refused, naming it; one that
+    merely prefers such a mechanism runs without it (the start-up log says so)."""
+    params: dict[str, object] = {**GATEWAY_DEFAULTS.get(config.policy, {}), **config.policy_params}
+    if config.policy == "basin":
+        params["predictor"] = config.predictor
+    if config.policy in BUILD_OPTIONS and "profile" in BUILD_OPTIONS[config.policy] and config.profile:
+        params["profile"] = config.profile
+    policy = build_system_policy(config.policy, params, RunContext())
+    missing = policy.needs.required()
+    if missing:
+        raise BasinInputError(
+            f"policy '{config.policy}' needs {', '.join(missing)} inside the engine, which a gateway in front of "
+            f"an unmodified engine cannot provide; use one of {', '.join(gateway_policies())}")
     return policy
+
+
+def gateway_policies() -> list[str]:
+    """The policies a gateway can run, with its defaults."""
+    names = []
+    for name in policy_names():
+        cls = policy_class(name)
+        if not cls(cls.Params.from_mapping(GATEWAY_DEFAULTS.get(name, {}))).needs.required():
+            names.append(name)
+    return names
 
 
 class GatewayServer:
@@ -129,9 +150,11 @@ class GatewayServer:
         log.info("basin gateway: policy %s in front of %s (%s); engine metrics %s",
                  self.policy.name, cfg.upstream, cfg.engine,
                  ", ".join(cfg.effective_metrics_urls + cfg.decode_metrics_urls) or "none")
-        log.info("engine-side mechanisms are not available through a gateway and run off: %s",
-                 ", ".join(ENGINE_SIDE_MECHANISMS))
-        if capacity is None and cfg.engine not in ("sglang", "vllm"):
+        preferred = self.policy.needs.preferred()
+        if preferred:
+            log.info("policy %s runs without what only the engine can do: %s", self.policy.name,
+                     ", ".join(preferred))
+        if capacity is None and not self.adapter.reports_cache_capacity:
             self.warnings.append("the prefix-cache capacity is unknown: admission by working set cannot engage; "
                                  "set cache_tokens (--cache-tokens) to what the engine's cache holds")
         for warning in self.warnings:
@@ -220,9 +243,9 @@ class GatewayServer:
         return web.json_response({"params": params})
 
 
-async def serve_forever(config: GatewayConfig) -> None:
+async def serve_forever(config: GatewayConfig, policy: Policy | None = None) -> None:
     """Run until interrupted (the CLI's entry)."""
-    server = GatewayServer(config)
+    server = GatewayServer(config, policy)
     url = await server.start()
     log.info("listening on %s", url)
     try:

@@ -33,7 +33,7 @@ class _GateCollector(Collector):
         sessions = GaugeMetricFamily("basin_gateway_sessions", "Sessions by state", labels=["state"])
         for state in (SessionState.ADMITTED, SessionState.PARKED):
             sessions.add_metric([state.value], len(gate.table.of_state(state)))
-        sessions.add_metric(["paused"], sum(1 for s in gate.table.sessions.values() if s.paused))
+        sessions.add_metric(["paused"], gate.paused_count())
         yield sessions
         outcomes = CounterMetricFamily("basin_gateway_session_outcomes", "Session decisions and endings",
                                        labels=["outcome"])
@@ -49,7 +49,7 @@ class _GateCollector(Collector):
         yield GaugeMetricFamily("basin_gateway_admission_active", "Admission by working set engaged",
                                 value=float(bool(getattr(state, "admit", False))))
         yield GaugeMetricFamily("basin_gateway_ordering_active", "Session priority sent to the engine",
-                                value=float(gate.ordering))
+                                value=float(gate.ordered))
         yield GaugeMetricFamily("basin_gateway_draining", "New sessions refused", value=float(gate.draining))
         yield GaugeMetricFamily("basin_gateway_scrape_failures", "Consecutive failed engine scrapes",
                                 value=float(self.scrape_failures()))

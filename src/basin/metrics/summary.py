@@ -9,13 +9,13 @@ and in docs/metrics.md. The summary is JSON-serialisable with NaN written as
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from basin.errors import BasinInputError
+from basin.jsonvalues import json_value
 from basin.metrics._tables import (
     CALLS_COLUMNS,
     SESSIONS_COLUMNS,
@@ -81,7 +81,7 @@ class RunSummary:
         out["state"] = self.state.value
         # ``degraded`` is derived (a property) but written for readers of the JSON; from_dict ignores it.
         out["windows"] = [{**asdict(w), "degraded": w.degraded} for w in self.windows]
-        return _nan_to_none(out)
+        return json_value(out)
 
     def to_json(self, *, indent: int | None = 2) -> str:
         """Strict JSON (``allow_nan=False``): any stray NaN is a bug, not a number."""
@@ -107,16 +107,6 @@ class RunSummary:
     def from_json(cls, text: str) -> RunSummary:
         """Inverse of :meth:`to_json`."""
         return cls.from_dict(json.loads(text))
-
-
-def _nan_to_none(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _nan_to_none(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_nan_to_none(v) for v in value]
-    return value
 
 
 def _none_to_nan(value: Any, annotation: object) -> Any:

@@ -8,8 +8,9 @@ cliff. From a deployment profile and workload statistics it answers whether
 a deployment can be trapped and at which loads (docs/fluid-model.md).
 
 The model reads profiles and workloads as data and never imports the
-simulator; :mod:`basin.model.classify` alone runs the simulator, to check
-the model against it.
+simulator or the experiments; :mod:`basin.model.classify` is the model's own
+classification of a grid of deployments, and checking it against simulator
+runs is an experiment (:mod:`basin.experiments.classify`).
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@ and arrival schedule, gathered in one object with a JSON form."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from basin.errors import BasinInputError
+from basin.jsonvalues import json_value
 from basin.model.dynamics import AdmissionBudget, Trajectory, integrate, reference_budget
 from basin.model.equilibria import (
     DeparturePeak, Equilibrium, departure_peak, drain_time_min, equilibria, low_reuse_rate, stable_and_unstable,
@@ -83,18 +83,7 @@ class Analysis:
                 "rate_changes": [{"at_min": c.at_min, "per_min": c.per_min} for c in self.schedule.rate_changes],
             }
         out["ode"] = {name: t.summary() for name, t in self.trajectories.items()}
-        return finite_json(out)
-
-
-def finite_json(value: Any) -> Any:
-    """JSON has no infinity: an infinite drain time or bound becomes null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_json(v) for v in value]
-    return value
+        return json_value(out)  # JSON has no infinity: an infinite drain time or bound becomes null
 
 
 def surge_surplus(schedule: PoissonSchedule) -> float:

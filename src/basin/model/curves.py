@@ -1,6 +1,6 @@
 """Named hit curves: the paper's shape, the simulator's fitted table, or a CSV file.
 
-``simulator`` is the table :func:`basin.model.classify.profile_hit_curve`
+``simulator`` is the table :func:`basin.experiments.classify.profile_hit_curve`
 fitted from our simulator the way the paper's Fig. 6b curve comes from its
 real runs: every 2-minute window of the calibration scenario ``trap-1p1d``
 without a surge, with +33% and with +100%, seeds 0-3 (720 windows), binned by

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from basin.errors import BasinInputError
-from basin.sim.config import Deployment, HardwareProfile, load_deployment, load_hardware
+from basin.catalog import Deployment, HardwareProfile, load_deployment, load_hardware
 from basin.workload.presets import resolve_workload
 from basin.workload.records import Workload
 from basin.workload.stats import workload_stats

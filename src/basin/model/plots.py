@@ -1,6 +1,7 @@
 """Figures of the fluid model: the departure curve with its equilibria (the
-paper's Fig. 9a), population trajectories, the classification against the
-simulator (Fig. 9b) and hit curves against measured cliff points.
+paper's Fig. 9a), population trajectories and hit curves against measured
+cliff points. The classification against the simulator (Fig. 9b) is an
+experiment's figure: :func:`basin.experiments.classify.plot_classification`.
 
 Matplotlib's object API on the Agg canvas only (no pyplot), as in
 :mod:`basin.experiments.plots`: no display needed, no global state.
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from basin.model.analysis import Analysis
-    from basin.model.classify import GridSummary
     from basin.model.dynamics import Trajectory
     from basin.model.hitcurve import HitCurve
 
@@ -92,38 +92,6 @@ def plot_trajectories(trajectories: Mapping[str, Trajectory], out_png: str | os.
     ax.set_ylim(0, min(top * 1.1, 4 * max((t.n_unstable or 0) for t in trajectories.values()) or top * 1.1))
     ax_rate.set_ylabel("arrivals /min")
     ax_rate.set_xlabel("minute")
-    return _save(fig, out_png)
-
-
-def plot_classification(summary: GridSummary, out_png: str | os.PathLike[str]) -> Path:
-    """The paper's Fig. 9b: each deployment's model ratio (cache-limited peak
-    over decode bound) against the simulator's verdict; the model flags those
-    left of the dashed line."""
-    fig = _figure(7.0, 3.6)
-    ax = fig.add_subplot(1, 1, 1)
-    rows = {"cache": 1.0, "decode": 0.0, "none": -1.0}
-    markers = {"1p1d": "o", "1p2d": "s", "1p3d": "D"}
-    rng = np.random.default_rng(0)
-    for r in summary.results:
-        y = rows[r.simulated] + rng.uniform(-0.15, 0.15)
-        shape = markers.get(r.point.deployment[:4], "o")
-        hit = r.simulated == r.modelled
-        color = "tab:green" if hit else "tab:red"
-        ax.scatter([r.classification.ratio], [y], marker=shape, s=30, facecolor=color if hit else "white",
-                   edgecolor=color, linewidths=1.5)
-    ax.axvline(1.0 + summary.tolerance, color="0.3", ls="--", lw=1.0)
-    ax.set_xscale("log")
-    show_none = any(r.simulated == "none" for r in summary.results)
-    ax.set_yticks([1.0, 0.0] + ([-1.0] if show_none else []))
-    ax.set_yticklabels(["sim: cache first", "sim: decode first"] + (["sim: none"] if show_none else []))
-    for shape, name in (("o", "1P1D"), ("s", "1P2D"), ("D", "1P3D")):
-        ax.scatter([], [], marker=shape, s=30, facecolor="0.5", edgecolor="0.5", label=name)
-    ax.scatter([], [], marker="o", s=30, facecolor="white", edgecolor="tab:red", linewidths=1.5,
-               label="model disagrees")
-    ax.legend(fontsize=7, loc="center left")
-    ax.set_xlabel("model: cache-limited peak / decode bound (cache-first: left of the dashed line)", fontsize=9)
-    ax.set_title(f"{len(summary.results)} deployments: accuracy {summary.accuracy:.0%}, "
-                 f"cache-first recall {summary.cache_first_recall:.0%}", fontsize=10)
     return _save(fig, out_png)
 
 

@@ -15,14 +15,18 @@ session priority; whether decode memory is lent as cache; which admitted
 sessions to pause or resume at their next turn boundary; how long to pin a
 session's cached prefix after a call (TTL); when to tick next. Engine
 mechanisms a policy needs (reservation at prefill completion, lending) are
-declared up front in :class:`EngineNeeds`.
+declared up front in :class:`EngineNeeds`. Settings live in one frozen
+:class:`~basin.policy.params.PolicyParams` per policy and change only through
+:meth:`Policy.update_params`.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Sequence
+
+from basin.policy.params import PolicyParams
 
 
 class Admission(enum.Enum):
@@ -72,6 +76,9 @@ class Signals:
     host_cache_tokens: int
     lent_cache_tokens: int
     decode_kv_tokens: int
+    #: Prefix the two prefill tiers keep together, ``max(gpu, host)`` (the
+    #: driver fills it from :func:`basin.catalog.effective_cache_tokens`).
+    effective_cache_tokens: int
     stale_s: float = 0.0
 
 
@@ -89,15 +96,58 @@ class ControlDecision:
 
 
 @dataclass(frozen=True, slots=True)
-class EngineNeeds:
-    """Engine mechanisms a policy relies on; the driver enables them."""
+class BorrowSettings:
+    """Decode instances running prefill chunks under an ITL lease (Crossflow)."""
 
+    #: The lease keeps a mixed step within ``(1 - margin)`` of the ITL SLO.
+    margin: float = 0.1
+    #: Fixed extra time per borrowed chunk (the paper's sensitivity test: 20 ms).
+    chunk_charge_s: float = 0.0
+    #: A decode instance borrows only when at least this many tokens fit.
+    min_chunk_tokens: int = 256
+    #: Tokens per mixed step shared by prefill and decode (None: the prefill chunk size).
+    step_token_budget: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineNeeds:
+    """Engine mechanisms a policy relies on; its driver enables them.
+
+    A *preferred* mechanism improves the policy but it runs without one (a
+    gateway in front of an unmodified engine cannot move decode reservation);
+    a *required* one is part of what the policy is, so a driver that cannot
+    provide it must refuse the policy rather than run something else under
+    its name.
+    """
+
+    #: Reserve decode KV when prefill completes instead of before it (preferred).
     reserve_decode_at_prefill_completion: bool = False
+    #: Lend idle decode memory to the prefill side as a cache tier (required when on).
     decode_memory_lending: bool = False
     #: Lent memory never exceeds this share of decode memory (phi).
     lend_cap_fraction: float = 0.5
-    decode_runs_prefill: bool = False
-    extra: dict[str, object] = field(default_factory=dict)
+    #: Pin a session's cached prefix for the TTL ``on_call_finished`` returns (required when on).
+    prefix_pins: bool = False
+    #: Decode instances run prefill chunks (required when set).
+    decode_prefill_borrowing: BorrowSettings | None = None
+
+    def required(self) -> tuple[str, ...]:
+        """The required mechanisms, in words an operator reads."""
+        out = []
+        if self.decode_memory_lending:
+            out.append("decode-memory lending")
+        if self.prefix_pins:
+            out.append("prefix-cache TTL pins")
+        if self.decode_prefill_borrowing is not None:
+            out.append("prefill on decode instances")
+        return tuple(out)
+
+    def preferred(self) -> tuple[str, ...]:
+        return ("decode reservation at prefill completion",) if self.reserve_decode_at_prefill_completion else ()
+
+
+class NoParams(PolicyParams):
+    """Parameters of a policy that has none."""
 
 
 class Policy:
@@ -107,7 +157,41 @@ class Policy:
     """
 
     name: ClassVar[str] = "base"
-    needs: ClassVar[EngineNeeds] = EngineNeeds()
+    #: The policy's parameter class; ``params`` is an instance of it.
+    Params: ClassVar[type[PolicyParams]] = NoParams
+    #: A subclass without parameters need not call ``__init__``.
+    params: PolicyParams = NoParams()
+
+    def __init__(self, params: PolicyParams | None = None) -> None:
+        self.params = self._own(params)
+
+    def _own(self, params: PolicyParams | None) -> PolicyParams:
+        if params is None:
+            return self.Params()
+        if not isinstance(params, self.Params):
+            raise TypeError(f"policy '{self.name}' takes {self.Params.__name__}, got {type(params).__name__}")
+        return params
+
+    @property
+    def needs(self) -> EngineNeeds:
+        """Engine mechanisms this policy relies on, for its current parameters."""
+        return EngineNeeds()
+
+    def needs_with(self, params: PolicyParams) -> EngineNeeds:
+        """The engine mechanisms this policy would need with ``params`` (a
+        driver checks a change before making it)."""
+        current = self.params
+        self.params = self._own(params)
+        try:
+            return self.needs
+        finally:
+            self.params = current
+
+    def update_params(self, **changes: object) -> PolicyParams:
+        """Change settings between decisions (a gateway's admin API): checked
+        as a new instance would be, so a bad value leaves the old settings."""
+        self.params = self.params.with_params(**changes)
+        return self.params
 
     def on_session_arrival(self, info: SessionInfo, signals: Signals) -> Admission:
         return Admission.ADMIT

@@ -30,17 +30,27 @@ ran: arrival-order priority and admission by current context.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Protocol, Sequence
 
 from basin.policy.base import Admission, ControlDecision, EngineNeeds, Policy, SessionInfo, Signals
+from basin.policy.params import PolicyParams
 
 _INF = float("inf")
 
 
+class PeakPredictor(Protocol):
+    """What BASIN asks of a peak-context predictor (it is handed a fitted one)."""
+
+    def predict_peak_tokens(self, task_text: str | None, first_prompt_tokens: int, session_id: str,
+                            oracle_peak_tokens: int | None) -> float: ...
+
+
 @dataclass(frozen=True, slots=True)
-class BasinParams:
+class BasinParams(PolicyParams):
     """Section 6.6's parameters and the implementation settings (section 7.9)."""
+
+    policy = "basin"
 
     interval_s: float = 30.0
     busy_interval_s: float = 5.0
@@ -74,6 +84,20 @@ class BasinParams:
     admission: bool = True
     lending: bool = True
     shedding: bool = True
+
+    def check(self) -> None:
+        for name in ("interval_s", "busy_interval_s", "cooldown_s", "context_smoothing_s",
+                     "plateau_smoothing_s", "priority_rate_tokens_per_s"):
+            self.require(getattr(self, name) > 0, name, "must be > 0")
+        for name in ("margin", "alpha_lend", "alpha_order", "alpha_release", "lend_cap"):
+            self.require(0 < getattr(self, name) <= 1, name, "must be in (0, 1]")
+        for name in ("budget_step", "plateau_drop"):
+            self.require(0 < getattr(self, name) < 1, name, "must be in (0, 1)")
+        self.require(self.shed_horizon_s >= 0, "shed_horizon_s", "must be >= 0")
+        self.require(self.backlog_ticks >= 1, "backlog_ticks", "must be >= 1")
+        self.require(self.backlog_tokens >= 0, "backlog_tokens", "must be >= 0")
+        self.require(self.budget_low > 0, "budget_low", "must be > 0")
+        self.require(self.budget_high >= self.budget_low, "budget_high", "must be >= budget_low")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +144,6 @@ class ControllerState:
     caught_up: bool = True
     last_tick_s: float | None = None
     shed: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 class BasinPolicy(Policy):
@@ -128,25 +151,30 @@ class BasinPolicy(Policy):
     #: The arrival-time controller orders by arrival and admits by current context.
     prior = False
 
-    def __init__(self, predictor: object | None = None, cliff: CliffSummary | None = None,
-                 params: BasinParams | None = None, **overrides: object):
-        base = params or BasinParams()
-        self.params = _with_overrides(base, overrides)
-        self.needs = EngineNeeds(
-            reserve_decode_at_prefill_completion=True,
-            decode_memory_lending=True,
-            lend_cap_fraction=self.params.lend_cap,
-        )
+    Params = BasinParams
+    params: BasinParams
+
+    def __init__(self, params: BasinParams | None = None, *, predictor: PeakPredictor | None = None,
+                 cliff: CliffSummary | None = None):
+        super().__init__(params)
         self.cliff = cliff or CliffSummary()
         self.predictor = predictor
         self.sessions: dict[int, _Session] = {}
         self.state = ControllerState()
 
+    @property
+    def needs(self) -> EngineNeeds:
+        return EngineNeeds(
+            reserve_decode_at_prefill_completion=True,
+            decode_memory_lending=self.params.lending,
+            lend_cap_fraction=self.params.lend_cap,
+        )
+
     # ------------------------------------------------------------ sessions
     def _predict(self, info: SessionInfo) -> float:
         if self.prior or self.predictor is None:
             return float(info.first_prompt_tokens)
-        return float(self.predictor.predict_peak_tokens(  # type: ignore[attr-defined]
+        return float(self.predictor.predict_peak_tokens(
             info.task_text, info.first_prompt_tokens, info.session_id, info.oracle_peak_tokens))
 
     def _register(self, info: SessionInfo) -> _Session:
@@ -156,15 +184,11 @@ class BasinPolicy(Policy):
         self.sessions[info.uid] = sess
         return sess
 
-    def _demand(self, sess: _Session) -> float:
-        """What a session reserves against the budget: its predicted peak, or
-        (prior controller) its current context."""
-        return float(sess.context) if self.prior else sess.peak_hat
-
     def _admit(self, sess: _Session) -> None:
         sess.admitted = True
         self.state.residents += 1
-        self.state.reserved += self._demand(sess) if not self.prior else 0.0
+        if not self.prior:  # the prior controller counts current contexts, not reservations
+            self.state.reserved += sess.peak_hat
 
     def _fits(self, sess: _Session, signals: Signals | None, admitted_now: int = 0) -> bool:
         st = self.state
@@ -225,8 +249,9 @@ class BasinPolicy(Policy):
         W = st.working_set
         # Budgets: from the prefill tiers, then with lent capacity.
         kx = p.margin * self.cliff.kappa * self.cliff.x_knee
-        C = max(signals.gpu_cache_tokens, signals.host_cache_tokens)
+        C = signals.effective_cache_tokens
         b00 = min(kx * C, C)
+        # Lent decode memory extends the GPU tier (Algorithm 1), up to phi of decode memory.
         lent = min(signals.lent_cache_tokens, p.lend_cap * signals.decode_kv_tokens)
         c_eff = max(C, signals.gpu_cache_tokens + lent)
         st.b0 = b0 = min(kx * c_eff, c_eff)
@@ -304,60 +329,3 @@ class BasinPriorPolicy(BasinPolicy):
 
     name = "basin-prior"
     prior = True
-
-
-def make_basin(predictor: str = "ridge", workload: str | None = None, deployment: str | None = None,
-               host_ratio: float | None = None, profile: str | None = None, prior: bool = False,
-               **params: object) -> BasinPolicy:
-    """BASIN for a run: its peak-context predictor (``ridge`` fitted on the
-    run's workload, ``oracle``, ``noisy:SIGMA``) and its cliff profile (a
-    file, or the shipped profile of the run's deployment and cache tier)."""
-    cliff = load_cliff(profile, deployment, workload, host_ratio)
-    if prior:
-        return BasinPriorPolicy(None, cliff, **params)
-    from basin.predict.peak import make_predictor
-
-    return BasinPolicy(make_predictor(predictor, workload), cliff, **params)
-
-
-def make_basin_prior(deployment: str | None = None, host_ratio: float | None = None,
-                     profile: str | None = None, **params: object) -> BasinPolicy:
-    return make_basin(deployment=deployment, host_ratio=host_ratio, profile=profile, prior=True, **params)
-
-
-def load_cliff(profile: str | None, deployment: str | None, workload: str | None = None,
-               host_ratio: float | None = None) -> CliffSummary:
-    """The cliff scale and peak departure rate from the offline profile (a
-    file, or ``profiles/basin/`` for the deployment, its cache tier and the
-    workload, falling back to the default workload's); with none, the
-    reference curve and the deployment's critical rate."""
-    from basin.predict.profile import DEFAULT_WORKLOAD, default_profile_path, load_profile
-    from basin.sim.config import load_deployment
-
-    path = profile
-    if path is None and deployment is not None:
-        for wl in dict.fromkeys([workload or DEFAULT_WORKLOAD, DEFAULT_WORKLOAD]):
-            candidate = default_profile_path(deployment, workload=wl, host_ratio=host_ratio)
-            if candidate.exists():
-                path = str(candidate)
-                break
-    if path is not None:
-        prof = load_profile(path)
-        return CliffSummary(prof.kappa, prof.x_knee, prof.lambda_c_per_min, origin=str(path))
-    if deployment is None:
-        return CliffSummary()
-    dep = load_deployment(deployment)
-    rate = dep.critical_rate_per_min if dep.critical_rate_per_min is not None else _INF
-    return CliffSummary(lambda_c_per_min=rate, origin=f"reference curve; critical rate of {dep.name}")
-
-
-def _with_overrides(params: BasinParams, overrides: dict[str, object]) -> BasinParams:
-    if not overrides:
-        return params
-    known = {f for f in BasinParams.__dataclass_fields__}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise TypeError(f"unknown BASIN parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    from dataclasses import replace
-
-    return replace(params, **overrides)

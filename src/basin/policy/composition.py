@@ -2,7 +2,8 @@
 Continuum's ordering and TTL pinning (the paper's own combination; no public
 source describes it).
 
-Wiring (each part is the corresponding baseline object with its defaults):
+Wiring (each part is the corresponding baseline object, with its defaults
+unless :class:`CompositionParams` says otherwise):
 
 * admission, pausing and resuming: :class:`ThunderAgentPolicy` (5 s tick,
   ledger against the larger cache tier, new sessions held while paused work
@@ -11,7 +12,7 @@ Wiring (each part is the corresponding baseline object with its defaults):
   programs first, then program age), pins a session's prefix for its TTL after
   each call, and the decode instance retracts the youngest program first;
 * prefill placement: decode instances borrow prefill chunks under the ITL
-  lease (``EngineNeeds(decode_runs_prefill=True)``, as ``crossflow``).
+  lease (``EngineNeeds(decode_prefill_borrowing=...)``, as ``crossflow``).
 
 Interactions, where the material is silent (defaults of baselines.md):
 
@@ -20,31 +21,69 @@ Interactions, where the material is silent (defaults of baselines.md):
 * when ThunderAgent pauses a program its pin is dropped from the ledger; the
   engine keeps the pin to its TTL (at most 2 s under the default rule), since
   pausing does not unpin in the engine;
-* ``thunderagent``, ``continuum`` and ``crossflow`` take their parameters as
-  dictionaries of the same names.
+* the parts' settings are the nested ``thunderagent``, ``continuum`` and
+  ``crossflow`` fields of :class:`CompositionParams` (each given as its
+  parameter class or a mapping of its fields); Continuum's utility rule
+  needs the reload costs handed in (``CompositionPolicy(params, costs=...)``);
+* :meth:`CompositionPolicy.update_params` merges a mapping given for a part
+  into that part's current settings (``crossflow={"margin": 0.2}`` keeps the
+  other Crossflow fields); a parameter object replaces them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Sequence
 
-from basin.policy.base import Admission, ControlDecision, Policy, SessionInfo, Signals
-from basin.policy.continuum import ContinuumPolicy
-from basin.policy.crossflow import borrow_needs
-from basin.policy.thunderagent import ThunderAgentPolicy
+from basin.policy.base import Admission, ControlDecision, EngineNeeds, Policy, SessionInfo, Signals
+from basin.policy.continuum import ContinuumParams, ContinuumPolicy, ReloadCosts
+from basin.policy.crossflow import CrossflowParams
+from basin.policy.params import PolicyParams
+from basin.policy.thunderagent import ThunderAgentParams, ThunderAgentPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class CompositionParams(PolicyParams):
+    """The settings of each part."""
+
+    policy = "composition"
+
+    thunderagent: ThunderAgentParams = field(default_factory=ThunderAgentParams)
+    continuum: ContinuumParams = field(default_factory=ContinuumParams)
+    crossflow: CrossflowParams = field(default_factory=CrossflowParams)
 
 
 class CompositionPolicy(Policy):
     name = "composition"
 
-    def __init__(self, thunderagent: Mapping[str, Any] | None = None, continuum: Mapping[str, Any] | None = None,
-                 crossflow: Mapping[str, Any] | None = None):
-        self.admission = ThunderAgentPolicy(**dict(thunderagent or {}))
-        self.ordering = ContinuumPolicy(**dict(continuum or {}))
-        cf = {"margin": 0.1, "chunk_charge_s": 0.0, "min_chunk_tokens": 256, "step_token_budget": None}
-        cf.update(crossflow or {})
-        self.needs = borrow_needs(**cf)
+    Params = CompositionParams
+    params: CompositionParams
+
+    def __init__(self, params: CompositionParams | None = None, *, costs: ReloadCosts | None = None):
+        super().__init__(params)
+        self.admission = ThunderAgentPolicy(self.params.thunderagent)
+        self.ordering = ContinuumPolicy(self.params.continuum, costs=costs)
+
+    @property
+    def needs(self) -> EngineNeeds:
+        return EngineNeeds(prefix_pins=True, decode_prefill_borrowing=self.params.crossflow.borrow_settings())
+
+    def update_params(self, **changes: object) -> CompositionParams:
+        """Change the parts' settings; a mapping for a part is merged into its
+        current settings. Checked before anything changes."""
+        merged: dict[str, object] = {}
+        for name, value in changes.items():
+            current = getattr(self.params, name, None)
+            if isinstance(current, PolicyParams) and isinstance(value, Mapping):
+                value = current.with_params(**value)
+            merged[name] = value
+        new = self.params.with_params(**merged)
+        self.ordering.replace_params(new.continuum)  # refuses the utility rule without costs
+        self.admission.params = new.thunderagent
+        self.params = new
+        return new
 
     def on_session_arrival(self, info: SessionInfo, signals: Signals) -> Admission:
         self.ordering.on_session_arrival(info, signals)

@@ -34,31 +34,71 @@ Assumptions where the material is silent (all parameters)
   reach a boundary soonest: agents already between calls first (most
   recently finished first), then agents whose call in flight was issued
   earliest. Agents marked for pause leave A at once (they are committed).
+
+Settings are :class:`ConcurParams`. The window ``W`` is run state: it starts
+at ``w_init``, and a later change of ``w_init`` does not move it (a change of
+``w_min`` or ``w_max`` clamps it at the next tick).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 from basin.policy.base import Admission, ControlDecision, Policy, SessionInfo, Signals
+from basin.policy.params import PolicyParams
+
+
+@dataclass(frozen=True, slots=True)
+class ConcurParams(PolicyParams):
+    """CONCUR's settings (see the module docstring for the control law)."""
+
+    policy = "concur"
+
+    #: Additive increase of the window per tick while ``U < u_low``.
+    alpha: float = 2.0
+    #: Multiplicative decrease while ``U > u_high`` and ``H < h_thresh``.
+    beta: float = 0.5
+    #: Decode occupancy below which the window grows.
+    u_low: float = 0.2
+    #: Decode occupancy above which the window may shrink.
+    u_high: float = 0.5
+    #: The window shrinks only while the hit rate is below this.
+    h_thresh: float = 0.7
+    #: The window's starting value.
+    w_init: float = 4.0
+    #: The window never falls below this.
+    w_min: float = 1.0
+    #: The window never rises above this (None: the agents present).
+    w_max: float | None = None
+    #: Control tick.
+    tick_s: float = 1.0
+
+    def check(self) -> None:
+        self.require(0 <= self.alpha < math.inf, "alpha", "must be a finite number >= 0")
+        self.require(0 < self.beta <= 1, "beta", "must be in (0, 1]")
+        self.require(0 <= self.u_low <= 1, "u_low", "must be in [0, 1]")
+        self.require(self.u_low <= self.u_high <= 1, "u_high", "must be in [u_low, 1]")
+        self.require(0 <= self.h_thresh <= 1, "h_thresh", "must be in [0, 1]")
+        # Below 1 the window's floor can be 0: nothing would ever be admitted.
+        self.require(1 <= self.w_min < math.inf, "w_min", "must be a finite number >= 1")
+        self.require(self.w_init >= self.w_min, "w_init", "must be >= w_min")
+        if self.w_max is not None:
+            self.require(self.w_max >= self.w_init, "w_max", "must be >= w_init (or null: the agents present)")
+        self.require(self.tick_s > 0 and math.isfinite(self.tick_s), "tick_s", "must be a finite number > 0")
 
 
 class ConcurPolicy(Policy):
     name = "concur"
 
-    def __init__(self, alpha: float = 2.0, beta: float = 0.5, u_low: float = 0.2, u_high: float = 0.5,
-                 h_thresh: float = 0.7, w_init: float = 4.0, w_min: float = 1.0,
-                 w_max: float | None = None, tick_s: float = 1.0):
-        self.alpha = alpha
-        self.beta = beta
-        self.u_low = u_low
-        self.u_high = u_high
-        self.h_thresh = h_thresh
-        self.window = w_init
-        self.w_min = w_min
-        self.w_max = w_max
-        self.tick_s = tick_s
+    Params = ConcurParams
+    params: ConcurParams
+
+    def __init__(self, params: ConcurParams | None = None):
+        super().__init__(params)
+        #: The agent window ``W`` (run state).
+        self.window = self.params.w_init
         #: Active agents: uid -> (in flight?, time of the last event).
         self.active: dict[int, tuple[bool, float]] = {}
         self.paused: dict[int, None] = {}   # FIFO of paused agents
@@ -66,13 +106,14 @@ class ConcurPolicy(Policy):
 
     # ---------------------------------------------------------------- window
     def update_window(self, u: float, h: float) -> float:
-        if u < self.u_low:
-            self.window += self.alpha
-        elif u > self.u_high and not math.isnan(h) and h < self.h_thresh:
-            self.window *= self.beta
-        upper = self.w_max if self.w_max is not None else max(
-            float(len(self.active) + len(self.paused) + len(self.parked)), self.w_min)
-        self.window = min(max(self.window, self.w_min), upper)
+        p = self.params
+        if u < p.u_low:
+            self.window += p.alpha
+        elif u > p.u_high and not math.isnan(h) and h < p.h_thresh:
+            self.window *= p.beta
+        upper = p.w_max if p.w_max is not None else max(
+            float(len(self.active) + len(self.paused) + len(self.parked)), p.w_min)
+        self.window = min(max(self.window, p.w_min), upper)
         return self.window
 
     @property
@@ -132,7 +173,7 @@ class ConcurPolicy(Policy):
                 self.active[uid] = (True, signals.now_s)
                 release.append(uid)
         return ControlDecision(release=tuple(release), pause=tuple(pause), resume=tuple(resume),
-                               next_tick_s=self.tick_s)
+                               next_tick_s=self.params.tick_s)
 
     def boundary_order(self) -> list[int]:
         """Active agents by how soon they reach a turn boundary: those between

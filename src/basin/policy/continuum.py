@@ -43,23 +43,153 @@ Assumptions where the public material is silent (all parameters)
 * Utility rule: the empirical CDF of a class is kept over its 64 most recent
   durations (the pooled one over 512); ``n_min=5`` observations before a
   class uses its own CDF (the pooled CDF before that); ``R`` is the reload
-  cost of the context
-  (recompute, or host load-back when a host tier exists, whichever is
-  cheaper) from the prefill cost parameters (H200 defaults); ``Q`` is the
-  prefill backlog in seconds at the last control tick; ``m`` is ``1 / C_dev``
-  when a queue is non-empty, else 0; TTL capped at ``tau_max_s`` (60 s).
+  cost of the context (recompute, or host load-back when a host tier exists,
+  whichever is cheaper) and ``Q`` the prefill backlog at the last control
+  tick in seconds, both from the :class:`ReloadCosts` the policy is handed
+  (facts of the hardware, not settings: the rule is refused without them);
+  ``m`` is ``1 / C_dev`` when a queue is non-empty, else 0; TTL capped at
+  ``tau_max_s`` (60 s).
+
+Settings are :class:`ContinuumParams`. Durations are recorded per session
+and pooled whatever the rule, so ``update_params`` may switch ``ttl_mode``
+or ``tool_class`` during a run and the new rule starts from what was seen.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Sequence
 
 from basin.errors import BasinInputError
-from basin.policy.base import ControlDecision, Policy, SessionInfo, Signals
+from basin.policy.base import ControlDecision, EngineNeeds, Policy, SessionInfo, Signals
+from basin.policy.params import PolicyParamError, PolicyParams
 
 #: Pinned sessions' keys are shifted this far ahead of every arrival time.
 PINNED_OFFSET = 1e12
+#: Recent durations kept per tool class for the utility rule's CDF.
+CLASS_SAMPLES = 64
+#: Recent durations kept in the pooled CDF (every session's).
+POOLED_SAMPLES = 8 * CLASS_SAMPLES
+
+
+@dataclass(frozen=True, slots=True)
+class ContinuumParams(PolicyParams):
+    """Continuum's settings (see the module docstring for each rule)."""
+
+    policy = "continuum"
+
+    #: ``"code"``: the public code's fixed pin; ``"utility"``: the paper's rule.
+    ttl_mode: Literal["code", "utility"] = "code"
+    #: Pin length of the code rule.
+    fixed_ttl_s: float = 2.0
+    #: The code rule pins while the class's mean tool duration is at most this.
+    threshold_s: float = 2.0
+    #: ``"session"``: a session's calls form one tool class; ``"global"``: one class.
+    tool_class: Literal["session", "global"] = "session"
+    #: Observations before a class uses its own CDF (utility rule).
+    n_min: int = 5
+    #: The utility rule's TTL is at most this.
+    tau_max_s: float = 60.0
+    #: Control tick.
+    tick_s: float = 5.0
+
+    def check(self) -> None:
+        self.require(self.fixed_ttl_s >= 0, "fixed_ttl_s", "must be >= 0")
+        self.require(self.threshold_s >= 0, "threshold_s", "must be >= 0")
+        # A class holds at most CLASS_SAMPLES durations, so a larger n_min
+        # would silently never use the class's own CDF.
+        self.require(1 <= self.n_min <= CLASS_SAMPLES, "n_min",
+                     f"must be between 1 and {CLASS_SAMPLES} (the durations kept per class)")
+        self.require(self.tau_max_s > 0, "tau_max_s", "must be > 0")
+        self.require(self.tick_s > 0 and math.isfinite(self.tick_s), "tick_s", "must be a finite number > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadCosts:
+    """What it costs the prefill side to get a context back, for the utility
+    TTL rule: facts of the hardware (and deployment), not policy settings.
+
+    * ``linear_tokens_per_s`` and ``attention_s_per_token_position``: the
+      prefill compute model, recomputing ``n`` tokens from position 0 taking
+      ``n * (1 / linear_tokens_per_s + attention_s_per_token_position * n / 2)``
+      seconds (the prefill profile's fields of the same names);
+    * ``load_tokens_per_s``: host-tier load-back bandwidth in tokens of KV per
+      second (the profile's ``load_tokens_per_s``);
+    * ``backlog_tokens_per_s``: the rate at which the deployment's prefill
+      backlog drains, turning ``Signals.prefill_backlog_tokens`` into seconds
+      of queueing. No profile field is this rate: it lies below the linear
+      rate by each chunk's step overhead and the attention cost at the queued
+      prompts' positions, which depend on the workload, and it grows with the
+      number of prefill instances. The former constant, 55,000 tokens/s, is
+      10/11 of the H200's linear rate (60,500): a flat allowance of about 9%
+      for overhead and attention, not a measurement.
+      :meth:`from_prefill` keeps that ratio, ``prefill_instances *
+      linear_tokens_per_s * 10 / 11``, unless it is handed a measured rate.
+      (The former constant ignored the instance count; one instance, the
+      default, reproduces it.)
+
+    The constructor takes plain numbers (tokens per second, seconds per token
+    and position).
+    """
+
+    linear_tokens_per_s: float
+    attention_s_per_token_position: float
+    load_tokens_per_s: float
+    backlog_tokens_per_s: float
+
+    def __post_init__(self) -> None:
+        for name in ("linear_tokens_per_s", "attention_s_per_token_position", "load_tokens_per_s",
+                     "backlog_tokens_per_s"):
+            value = getattr(self, name)
+            zero_ok = name == "attention_s_per_token_position"
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not (number and (value >= 0 if zero_ok else value > 0) and value < math.inf):
+                raise BasinInputError(f"continuum reload costs: '{name}' must be a finite number "
+                                      f"{'>= 0' if zero_ok else '> 0'}, got {value!r}")
+            object.__setattr__(self, name, float(value))
+
+    @classmethod
+    def from_prefill(cls, profile: Any, *, prefill_instances: int = 1,
+                             backlog_tokens_per_s: float | None = None) -> ReloadCosts:
+        """Costs from a prefill hardware profile: any object (or mapping) with
+        ``linear_tokens_per_s``, ``attention_s_per_token_position`` and
+        ``load_tokens_per_s``, such as ``HardwareProfile.prefill``.
+
+        ``backlog_tokens_per_s`` is the deployment's backlog drain rate when
+        it is known; otherwise ``prefill_instances`` times
+        ``linear_tokens_per_s * 10 / 11`` (see the class docstring; for the
+        H200 profile and one instance, exactly the former 55,000 tokens/s).
+        """
+        def get(name: str) -> Any:
+            if isinstance(profile, Mapping):
+                if name not in profile:
+                    raise BasinInputError(f"continuum reload costs: the prefill profile has no '{name}'")
+                return profile[name]
+            try:
+                return getattr(profile, name)
+            except AttributeError:
+                raise BasinInputError(f"continuum reload costs: the prefill profile has no '{name}'") from None
+
+        if isinstance(prefill_instances, bool) or not isinstance(prefill_instances, int) or prefill_instances < 1:
+            raise BasinInputError(f"continuum reload costs: prefill_instances must be a whole number >= 1, "
+                                  f"got {prefill_instances!r}")
+        linear = get("linear_tokens_per_s")
+        if backlog_tokens_per_s is None:
+            if isinstance(linear, (int, float)) and not isinstance(linear, bool):
+                # Written as * 10 / 11 (not * 0.909...) so 60,500 gives 55,000.0 exactly.
+                backlog_tokens_per_s = prefill_instances * (linear * 10.0 / 11.0)
+            else:
+                backlog_tokens_per_s = linear  # refused below, naming the field
+        return cls(linear_tokens_per_s=linear,
+                   attention_s_per_token_position=get("attention_s_per_token_position"),
+                   load_tokens_per_s=get("load_tokens_per_s"),
+                   backlog_tokens_per_s=backlog_tokens_per_s)
+
+    def recompute_s(self, tokens: int) -> float:
+        """Seconds to recompute ``tokens`` of context from position 0."""
+        return tokens * (1.0 / self.linear_tokens_per_s + self.attention_s_per_token_position * tokens / 2.0)
 
 
 class _Durations:
@@ -116,35 +246,45 @@ class _Durations:
 class ContinuumPolicy(Policy):
     name = "continuum"
 
-    def __init__(self, ttl_mode: str = "code", fixed_ttl_s: float = 2.0, threshold_s: float = 2.0,
-                 tool_class: str = "session", n_min: int = 5, tau_max_s: float = 60.0,
-                 linear_tokens_per_s: float = 60500.0, attention_s_per_token_position: float = 1.33e-10,
-                 load_tokens_per_s: float = 4.0e6, prefill_tokens_per_s: float = 55000.0,
-                 tick_s: float = 5.0):
-        if ttl_mode not in ("code", "utility"):
-            raise BasinInputError(f"continuum: ttl_mode must be 'code' or 'utility', got {ttl_mode!r}")
-        if tool_class not in ("session", "global"):
-            raise BasinInputError(f"continuum: tool_class must be 'session' or 'global', got {tool_class!r}")
-        self.ttl_mode = ttl_mode
-        self.fixed_ttl_s = fixed_ttl_s
-        self.threshold_s = threshold_s
-        self.tool_class = tool_class
-        self.n_min = n_min
-        self.tau_max_s = tau_max_s
-        self.linear_tokens_per_s = linear_tokens_per_s
-        self.attention = attention_s_per_token_position
-        self.load_tokens_per_s = load_tokens_per_s
-        self.prefill_tokens_per_s = prefill_tokens_per_s
-        self.tick_s = tick_s
+    Params = ContinuumParams
+    params: ContinuumParams
+
+    def __init__(self, params: ContinuumParams | None = None, *, costs: ReloadCosts | None = None):
+        if costs is not None and not isinstance(costs, ReloadCosts):
+            raise TypeError(f"policy 'continuum' takes costs=ReloadCosts, got {type(costs).__name__}")
+        self.costs = costs
+        self.params = self._needs_costs(self._own(params))
         self.arrival: dict[int, float] = {}
         self.pinned_until: dict[int, float] = {}
         self.keys: dict[int, float] = {}
         self.finished_at: dict[int, float] = {}
-        keep = 64 if ttl_mode == "utility" else 0
+        # Durations are kept for either rule (the code rule reads only the
+        # means), so a switch of ttl_mode or tool_class finds them.
         self.classes: dict[int, _Durations] = {}
-        self._keep_own = keep
-        self.pooled = _Durations(keep=8 * keep)
+        self.pooled = _Durations(keep=POOLED_SAMPLES)
         self.signals: Signals | None = None
+
+    def _needs_costs(self, params: PolicyParams) -> ContinuumParams:
+        """``params``, refused if they choose the utility rule and no costs were handed in."""
+        assert isinstance(params, ContinuumParams)  # _own and with_params keep the class
+        if params.ttl_mode == "utility" and self.costs is None:
+            raise PolicyParamError(
+                params.policy, "ttl_mode",
+                "'utility' needs the prefill reload costs, and none were handed in "
+                "(ContinuumPolicy(params, costs=ReloadCosts.from_prefill(hardware.prefill)))")
+        return params
+
+    @property
+    def needs(self) -> EngineNeeds:
+        return EngineNeeds(prefix_pins=True)
+
+    def update_params(self, **changes: object) -> ContinuumParams:
+        self.params = self._needs_costs(self.params.with_params(**changes))
+        return self.params
+
+    def replace_params(self, params: ContinuumParams) -> None:
+        """Take a whole new set of settings (checked; a composition's part)."""
+        self.params = self._needs_costs(self._own(params))
 
     # ------------------------------------------------------------- sessions
     def on_session_arrival(self, info: SessionInfo, signals: Signals):
@@ -163,13 +303,16 @@ class ContinuumPolicy(Policy):
         self.finished_at.pop(uid, None)
         self.classes.pop(uid, None)
 
-    def _class(self, uid: int) -> _Durations:
-        if self.tool_class == "global":
-            return self.pooled
+    def _own_class(self, uid: int) -> _Durations:
         d = self.classes.get(uid)
         if d is None:
-            d = self.classes[uid] = _Durations(keep=self._keep_own)
+            d = self.classes[uid] = _Durations(keep=CLASS_SAMPLES)
         return d
+
+    def _class(self, uid: int) -> _Durations:
+        if self.params.tool_class == "global":
+            return self.pooled
+        return self._own_class(uid)
 
     def on_call_issued(self, uid: int, prompt_tokens: int, now_s: float) -> None:
         arrival = self.arrival.get(uid)
@@ -178,8 +321,7 @@ class ContinuumPolicy(Policy):
         t0 = self.finished_at.pop(uid, None)
         if t0 is not None:
             d = max(now_s - t0, 0.0)
-            if self.tool_class == "session":
-                self._class(uid).add(d)
+            self._own_class(uid).add(d)
             self.pooled.add(d)
 
     def on_call_finished(self, uid: int, context_tokens: int, last_call: bool, now_s: float) -> float:
@@ -195,28 +337,35 @@ class ContinuumPolicy(Policy):
 
     # ------------------------------------------------------------------ TTL
     def ttl_for(self, uid: int, context_tokens: int) -> float:
-        if self.ttl_mode == "code":
-            return self.fixed_ttl_s if self._class(uid).mean <= self.threshold_s else 0.0
+        p = self.params
+        if p.ttl_mode == "code":
+            return p.fixed_ttl_s if self._class(uid).mean <= p.threshold_s else 0.0
         return self._utility_ttl(uid, context_tokens)
+
+    def _costs(self) -> ReloadCosts:
+        if self.costs is None:  # refused when the rule is chosen; kept for type checkers
+            raise BasinInputError("policy 'continuum': the utility rule needs the prefill reload costs")
+        return self.costs
 
     def reload_cost_s(self, tokens: int) -> float:
         """Seconds to get ``tokens`` of context back if its pin is not held."""
-        recompute = tokens * (1.0 / self.linear_tokens_per_s + self.attention * tokens / 2.0)
+        costs = self._costs()
+        recompute = costs.recompute_s(tokens)
         sig = self.signals
         if sig is not None and sig.host_cache_tokens > 0:
-            return min(recompute, tokens / self.load_tokens_per_s)
+            return min(recompute, tokens / costs.load_tokens_per_s)
         return recompute
 
     def _utility_ttl(self, uid: int, tokens: int) -> float:
         own = self._class(uid)
-        dist = own if own.samples >= self.n_min else self.pooled
+        dist = own if own.samples >= self.params.n_min else self.pooled
         if not dist.samples:
             return 0.0
         sig = self.signals
-        queue_s = sig.prefill_backlog_tokens / self.prefill_tokens_per_s if sig is not None else 0.0
+        queue_s = sig.prefill_backlog_tokens / self._costs().backlog_tokens_per_s if sig is not None else 0.0
         busy = sig is not None and (sig.prefill_queue_requests > 0 or sig.decode_wait_requests > 0)
         price = 1.0 / sig.gpu_cache_tokens if busy and sig is not None and sig.gpu_cache_tokens else 0.0
-        return dist.best_ttl(self.reload_cost_s(tokens) + queue_s, price, tokens, self.tau_max_s)
+        return dist.best_ttl(self.reload_cost_s(tokens) + queue_s, price, tokens, self.params.tau_max_s)
 
     # -------------------------------------------------------------- control
     def pinned(self, uid: int, now_s: float) -> bool:
@@ -225,7 +374,7 @@ class ContinuumPolicy(Policy):
 
     def control(self, signals: Signals, parked: Sequence[int]) -> ControlDecision:
         self.signals = signals
-        return ControlDecision(release=tuple(parked), order_by_priority=True, next_tick_s=self.tick_s)
+        return ControlDecision(release=tuple(parked), order_by_priority=True, next_tick_s=self.params.tick_s)
 
     def priority_key(self, uid: int) -> float | None:
         """Program age, with sessions whose pin was live when their call was

@@ -1,13 +1,12 @@
-"""Policies by name. A new policy registers here and needs no engine change."""
+"""Policies by name. A new policy registers its class here and needs no
+engine change; building one for a run (its predictor, its cliff profile, the
+deployment's costs) is :mod:`basin.systems`' job, not the registry's."""
 
 from __future__ import annotations
 
-import inspect
-from typing import Callable
-
 from basin.errors import BasinInputError
 from basin.policy.base import Policy
-from basin.policy.basin import BasinPolicy, BasinPriorPolicy, make_basin, make_basin_prior
+from basin.policy.basin import BasinPolicy, BasinPriorPolicy
 from basin.policy.composition import CompositionPolicy
 from basin.policy.concur import ConcurPolicy
 from basin.policy.continuum import ContinuumPolicy
@@ -15,39 +14,24 @@ from basin.policy.crossflow import CrossflowPolicy
 from basin.policy.hicache import HiCachePolicy
 from basin.policy.thunderagent import ThunderAgentPolicy
 
-_FACTORIES: dict[str, Callable[..., Policy]] = {
-    HiCachePolicy.name: HiCachePolicy,
-    ContinuumPolicy.name: ContinuumPolicy,
-    ThunderAgentPolicy.name: ThunderAgentPolicy,
-    ConcurPolicy.name: ConcurPolicy,
-    CrossflowPolicy.name: CrossflowPolicy,
-    CompositionPolicy.name: CompositionPolicy,
-    BasinPolicy.name: make_basin,
-    BasinPriorPolicy.name: make_basin_prior,
+_CLASSES: dict[str, type[Policy]] = {
+    cls.name: cls
+    for cls in (HiCachePolicy, ContinuumPolicy, ThunderAgentPolicy, ConcurPolicy, CrossflowPolicy,
+                CompositionPolicy, BasinPolicy, BasinPriorPolicy)
 }
 
 
 def policy_names() -> list[str]:
-    return sorted(_FACTORIES)
+    return sorted(_CLASSES)
 
 
-def make_policy(name: str, context: dict[str, object] | None = None, **params: object) -> Policy:
-    """A policy by name. ``context`` carries what a run knows (deployment,
-    workload); a factory receives the entries its signature asks for."""
+def policy_class(name: str) -> type[Policy]:
     try:
-        factory = _FACTORIES[name]
+        return _CLASSES[name]
     except KeyError:
-        raise BasinInputError(
-            f"unknown system '{name}': use one of {', '.join(policy_names())}"
-        ) from None
-    if context:
-        accepted = inspect.signature(factory).parameters
-        params = {**{k: v for k, v in context.items() if k in accepted}, **params}
-    try:
-        return factory(**params)
-    except TypeError as exc:
-        raise BasinInputError(f"system '{name}': bad parameters ({exc})") from None
+        raise BasinInputError(f"unknown system '{name}': use one of {', '.join(policy_names())}") from None
 
 
-def register(name: str, factory: Callable[..., Policy]) -> None:
-    _FACTORIES[name] = factory
+def register(cls: type[Policy]) -> None:
+    """Add a policy class under its ``name`` (plug-ins and tests)."""
+    _CLASSES[cls.name] = cls

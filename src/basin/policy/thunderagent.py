@@ -55,15 +55,19 @@ Assumptions where the material is silent (all parameters)
   ``buffer=100`` tokens per program, ``w=1``.
 * The engine tells the policy that a paused session's next call is being
   held (``on_call_held``), as the router sees the request arrive.
+
+Settings are :class:`ThunderAgentParams`; ``update_params`` takes effect at
+the next event or tick (the ledger is recomputed from the programs each time).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Literal, Sequence
 
-from basin.errors import BasinInputError
 from basin.policy.base import Admission, ControlDecision, Policy, SessionInfo, Signals
+from basin.policy.params import PolicyParams
 
 REASONING = "reasoning"
 ACTING = "acting"
@@ -105,25 +109,48 @@ def best_fit_decreasing(tokens: dict[int, int], caps: Sequence[float], buffer: i
     return placed
 
 
+@dataclass(frozen=True, slots=True)
+class ThunderAgentParams(PolicyParams):
+    """ThunderAgent's settings (see the module docstring for each rule)."""
+
+    policy = "thunderagent"
+
+    #: Control tick (resume, then pause until safe).
+    tick_s: float = 5.0
+    #: Tokens added per counted program.
+    buffer: int = 100
+    #: ``w``: weight of an ACTING program's tokens.
+    acting_weight: float = 1.0
+    #: Where ACTING weights decay: nowhere, in the resume view, or in both views.
+    decay: Literal["none", "resume", "both"] = "resume"
+    #: Half-life of the ACTING decay ``f(t) = 2 ** (-t / half_life)``.
+    decay_half_life_s: float = 1.0
+    #: ``C``: the larger cache tier, the GPU tier, or their sum.
+    capacity: Literal["larger", "gpu", "sum"] = "larger"
+    #: ``C`` is multiplied by this.
+    capacity_scale: float = 1.0
+    #: A held call or parked session goes through after waiting this long.
+    force_after_s: float = 1800.0
+    #: Mark every REASONING program once no ACTING one is left (the code's quirk).
+    mark_all: bool = False
+
+    def check(self) -> None:
+        self.require(self.tick_s > 0 and math.isfinite(self.tick_s), "tick_s", "must be a finite number > 0")
+        self.require(self.buffer >= 0, "buffer", "must be >= 0")
+        self.require(0 <= self.acting_weight < math.inf, "acting_weight", "must be a finite number >= 0")
+        self.require(self.decay_half_life_s > 0, "decay_half_life_s", "must be > 0")
+        self.require(0 < self.capacity_scale < math.inf, "capacity_scale", "must be a finite number > 0")
+        self.require(self.force_after_s >= 0, "force_after_s", "must be >= 0")
+
+
 class ThunderAgentPolicy(Policy):
     name = "thunderagent"
 
-    def __init__(self, tick_s: float = 5.0, buffer: int = 100, acting_weight: float = 1.0,
-                 decay: str = "resume", decay_half_life_s: float = 1.0, capacity: str = "larger",
-                 capacity_scale: float = 1.0, force_after_s: float = 1800.0, mark_all: bool = False):
-        if decay not in ("none", "resume", "both"):
-            raise BasinInputError(f"thunderagent: decay must be none, resume or both, got {decay!r}")
-        if capacity not in ("larger", "gpu", "sum"):
-            raise BasinInputError(f"thunderagent: capacity must be larger, gpu or sum, got {capacity!r}")
-        self.tick_s = tick_s
-        self.buffer = buffer
-        self.acting_weight = acting_weight
-        self.decay = decay
-        self.half_life_s = decay_half_life_s
-        self.capacity_mode = capacity
-        self.capacity_scale = capacity_scale
-        self.force_after_s = force_after_s
-        self.mark_all = mark_all
+    Params = ThunderAgentParams
+    params: ThunderAgentParams
+
+    def __init__(self, params: ThunderAgentParams | None = None):
+        super().__init__(params)
         self.programs: dict[int, Program] = {}
         self.parked: dict[int, Program] = {}  # new sessions held at arrival, in arrival order
         self.signals: Signals | None = None
@@ -134,15 +161,15 @@ class ThunderAgentPolicy(Policy):
         if sig is None:
             return float("inf")
         gpu, host = sig.gpu_cache_tokens, sig.host_cache_tokens
-        c = {"larger": max(gpu, host), "gpu": gpu, "sum": gpu + host}[self.capacity_mode]
-        return c * self.capacity_scale
+        c = {"larger": max(gpu, host), "gpu": gpu, "sum": gpu + host}[self.params.capacity]
+        return c * self.params.capacity_scale
 
     def weight(self, p: Program, now: float, decayed: bool) -> float:
         if p.status == REASONING:
             return float(p.tokens)
-        w = self.acting_weight * p.tokens
+        w = self.params.acting_weight * p.tokens
         if decayed and now >= p.resident_until:
-            w *= 2.0 ** (-max(now - p.acting_since, 0.0) / self.half_life_s)
+            w *= 2.0 ** (-max(now - p.acting_since, 0.0) / self.params.decay_half_life_s)
         return w
 
     def counted(self) -> Iterable[Program]:
@@ -151,13 +178,13 @@ class ThunderAgentPolicy(Policy):
         return (p for p in self.programs.values() if p.admitted and not p.paused)
 
     def remaining(self, now: float, view: str = "pause") -> float:
-        decayed = self.decay == "both" or (self.decay == "resume" and view == "resume")
+        decayed = self.params.decay == "both" or (self.params.decay == "resume" and view == "resume")
         used = 0.0
         n = 0
         for p in self.counted():
             used += self.weight(p, now, decayed)
             n += 1
-        return self.capacity() - used - self.buffer * n
+        return self.capacity() - used - self.params.buffer * n
 
     # --------------------------------------------------------------- events
     def on_session_arrival(self, info: SessionInfo, signals: Signals) -> Admission:
@@ -166,7 +193,7 @@ class ThunderAgentPolicy(Policy):
         if self.parked or any(q.paused for q in self.programs.values()):
             self.parked[info.uid] = p
             return Admission.PARK
-        if self.remaining(signals.now_s) >= p.tokens + self.buffer:
+        if self.remaining(signals.now_s) >= p.tokens + self.params.buffer:
             p.admitted = True
             self.programs[info.uid] = p
             return Admission.ADMIT
@@ -224,7 +251,7 @@ class ThunderAgentPolicy(Policy):
         self._greedy_resume(now, release, resume)
         pause = self._pause_until_safe(now, exclude=set(resume) | set(release))
         return ControlDecision(release=tuple(release), resume=tuple(resume), pause=tuple(pause),
-                               next_tick_s=self.tick_s)
+                               next_tick_s=self.params.tick_s)
 
     def _admit_parked(self, p: Program) -> None:
         del self.parked[p.uid]
@@ -238,11 +265,11 @@ class ThunderAgentPolicy(Policy):
 
     def _forced(self, now: float, release: list[int], resume: list[int]) -> None:
         for p in list(self.parked.values()):
-            if now - p.arrival_s >= self.force_after_s:
+            if now - p.arrival_s >= self.params.force_after_s:
                 self._admit_parked(p)
                 release.append(p.uid)
         for p in self.programs.values():
-            if p.paused and p.pending and now - p.held_since >= self.force_after_s:
+            if p.paused and p.pending and now - p.held_since >= self.params.force_after_s:
                 self._resume(p)
                 resume.append(p.uid)
 
@@ -255,19 +282,19 @@ class ThunderAgentPolicy(Policy):
 
     def _greedy_resume(self, now: float, release: list[int], resume: list[int]) -> None:
         room = self.remaining(now, view="resume")
-        if room <= self.buffer:
+        if room <= self.params.buffer:
             return
         picked: list[Program] = []
         total = 0
         for p in self.resume_order():
-            need = p.tokens + self.buffer
+            need = p.tokens + self.params.buffer
             if total + need > room:
                 break
             picked.append(p)
             total += need
         if not picked:
             return
-        placed = best_fit_decreasing({p.uid: p.tokens for p in picked}, [room], self.buffer)
+        placed = best_fit_decreasing({p.uid: p.tokens for p in picked}, [room], self.params.buffer)
         for p in picked:
             if p.uid not in placed:
                 continue
@@ -282,14 +309,14 @@ class ThunderAgentPolicy(Policy):
         overflow = -self.remaining(now, view="pause")
         if overflow <= 0:
             return []
-        decayed = self.decay == "both"
+        decayed = self.params.decay == "both"
         pause: list[int] = []
         candidates = [p for p in self.counted() if p.uid not in exclude and not p.marked]
         acting = sorted((p for p in candidates if p.status == ACTING), key=lambda p: (p.tokens, p.uid))
         for p in acting:
             if overflow <= 0:
                 return pause
-            overflow -= self.weight(p, now, decayed) + self.buffer
+            overflow -= self.weight(p, now, decayed) + self.params.buffer
             p.paused = True
             pause.append(p.uid)
         if overflow <= 0:
@@ -297,9 +324,9 @@ class ThunderAgentPolicy(Policy):
         reasoning = sorted((p for p in candidates if p.status == REASONING), key=lambda p: (p.tokens, p.uid))
         marked = 0.0
         for p in reasoning:
-            if not self.mark_all and marked >= overflow:
+            if not self.params.mark_all and marked >= overflow:
                 break
             p.marked = True
-            marked += p.tokens + self.buffer
+            marked += p.tokens + self.params.buffer
             pause.append(p.uid)
         return pause

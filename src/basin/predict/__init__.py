@@ -4,8 +4,12 @@
   at a session's first call (:class:`PeakPredictor`, :func:`make_predictor`);
   :mod:`basin.predict.ridge` holds the scikit-learn model behind the ridge one
   and is imported only when a model is fitted or evaluated.
-* ``basin.predict.profile`` and ``basin.predict.cliff``: the cache-cliff
-  profiler (imported from their modules).
+* :mod:`basin.predict.cliff`: the fit of the cache cliff's scale kappa
+  (pure numerics, imported from its module). The profile files it feeds are
+  the catalogue's (:mod:`basin.catalog.cliff_profiles`); the load ramps they
+  are measured on are experiments (:mod:`basin.experiments.ramp`).
+
+It knows nothing of the simulator.
 """
 
 from basin.predict.peak import (

@@ -22,6 +22,10 @@ kappa is a one-dimensional search: for a given kappa the model is linear in
 ``(plateau, floor)``, which least squares gives in closed form, so every
 candidate is scored by its best plateau and floor. A log-spaced grid finds the
 basin and a bounded scalar search refines it.
+
+The curve itself (``reference_shape``, ``reference_hit`` and its constants) is
+defined with the profile format in :mod:`basin.catalog.cliff_profiles`, since
+it is what a stored kappa means; this module fits it and re-exports it.
 """
 
 from __future__ import annotations
@@ -32,45 +36,23 @@ from typing import Sequence
 
 import numpy as np
 
+from basin.catalog.cliff_profiles import (
+    DECLINE_START,
+    KAPPA_QUANTILE,
+    PLATEAU_DECLINE,
+    REFERENCE_STEEPNESS,
+    X_KNEE,
+    reference_hit,
+    reference_shape,
+)
 from basin.errors import BasinInputError
 
-#: The reference hit curve's knee: working set over effective cache where the
-#: hit rate is halfway down from its plateau to its floor.
-X_KNEE = 1.9
-#: Steepness ``n`` of the reference fall (logistic in log working set).
-REFERENCE_STEEPNESS = 16.0
-#: Share of the plateau-to-floor height the plateau loses by the knee ...
-PLATEAU_DECLINE = 0.2
-#: ... declining linearly from this fraction of the knee on.
-DECLINE_START = 0.5
 #: Smallest fall (plateau minus floor) that counts as a cliff.
 MIN_DROP = 0.25
 #: Fewest points on each side of the fitted knee.
 MIN_SIDE_POINTS = 2
 #: Search range of kappa.
 KAPPA_BOUNDS = (0.05, 20.0)
-#: Quantile of kappa over repeated ramps that a profile keeps (the lower quartile).
-KAPPA_QUANTILE = 0.25
-
-
-def reference_shape(x: np.ndarray | float, x_knee: float = X_KNEE, steepness: float = REFERENCE_STEEPNESS,
-                    decline: float = PLATEAU_DECLINE, decline_start: float = DECLINE_START) -> np.ndarray:
-    """Share of the plateau-to-floor height still held at working-set ratio
-    ``x``: 1 on the plateau, ``(1 - decline) / 2`` at the knee, 0 on the floor."""
-    u = np.maximum(np.asarray(x, dtype=np.float64), 0.0) / x_knee
-    # u ** n overflows harmlessly to inf for huge u; 1 / (1 + inf) = 0.
-    with np.errstate(over="ignore"):
-        fall = 1.0 / (1.0 + u ** steepness)
-    sag = decline * np.clip((u - decline_start) / (1.0 - decline_start), 0.0, 1.0)
-    return (1.0 - sag) * fall
-
-
-def reference_hit(x: np.ndarray | float, kappa: float, plateau: float, floor: float,
-                  x_knee: float = X_KNEE, steepness: float = REFERENCE_STEEPNESS,
-                  decline: float = PLATEAU_DECLINE, decline_start: float = DECLINE_START) -> np.ndarray:
-    """The reference curve scaled by ``kappa``: hit rate at working-set ratio ``x``."""
-    shape = reference_shape(np.asarray(x, dtype=np.float64) / kappa, x_knee, steepness, decline, decline_start)
-    return floor + (plateau - floor) * shape
 
 
 @dataclass(frozen=True, slots=True)

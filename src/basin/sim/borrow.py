@@ -50,9 +50,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from basin.sim.config import PrefillProfile
+from basin.catalog import PrefillProfile
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
+from basin.sim.invariants import InvariantViolation
 from basin.sim.sessions import Request
 
 _INF = float("inf")
@@ -241,7 +242,8 @@ class PrefillBorrower:
         self.chunk = 0
         dec.step_extra_s = 0.0
         req = self.current
-        assert req is not None
+        if req is None:
+            raise InvariantViolation("LEASE", "a borrowed chunk ran without a leased request")
         req.remaining -= k
         req.position += k
         self.stats.tokens += k

@@ -20,10 +20,27 @@ Invariants (checked by :meth:`RadixCache.check`, pinned by tests):
 * CAP-DEVICE: device tokens (cached nodes plus in-flight allocations) never
   exceed ``device_tokens``; CAP-HOST likewise for the host tier.
 * LOCKED-KEPT: a node with ``lock_ref > 0`` is never evicted from any tier.
+* LOCK-BALANCE: the lock references in the tree sum to exactly two per live
+  lock handle (:attr:`RadixCache.lock_handles`; each :meth:`RadixCache.lock`
+  references its match's deepest node and deepest device node).
 * INCLUSIVE: with a host tier under write-through, a device node that could
   be backed up is backed up (host space permitting).
 * TREE: every node's ancestors are in the tree; a device node's ancestors
   are device-resident.
+
+Locking
+-------
+A lock references only the two ends of its match, ``last_node`` and
+``device_node``; everything above them is protected by the shape of the
+tree, since eviction takes only leaves of a tier (a device node with no
+device child, a host node with no child at all), and every ancestor of a
+locked end has it as a descendant. A split keeps the original node object
+as the *tail* (the deeper part) and puts a fresh, unlocked head above it, so
+a match handle stays valid across splits: its ends still close the same
+token ranges, the head is covered by the tail's lock, and :meth:`unlock`
+releases exactly what :meth:`lock` took. (Copying the lock count onto the
+head would leave a reference that no handle releases: a node that could
+never be evicted again.)
 """
 
 from __future__ import annotations
@@ -31,6 +48,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 from typing import Hashable, Iterator, Sequence
+
+from basin.sim.invariants import InvariantViolation, require
 
 Key = Sequence[tuple[Hashable, int]]
 
@@ -128,6 +147,8 @@ class RadixCache:
         self.host_used = 0
         self.inflight = 0  # tokens allocated to running prefills, not yet in the tree
         self.states_used = 0
+        #: Locks taken and not yet released (LOCK-BALANCE).
+        self.lock_handles = 0
         self.stats = TierStats()
         self._seq = 0
         self._dev_heap: list[tuple[float, int, _Node]] = []
@@ -228,13 +249,17 @@ class RadixCache:
         return matched
 
     def _split(self, node: _Node, head_len: int) -> _Node:
-        """Split ``node`` so that its first ``head_len`` tokens form a parent."""
+        """Split ``node`` so that its first ``head_len`` tokens form a parent.
+
+        ``node`` stays the tail and keeps its locks; the head starts unlocked
+        (the tail's locks protect it: see *Locking* above).
+        """
         parent = node.parent
-        assert parent is not None
+        if parent is None:
+            raise InvariantViolation("TREE", "split of a node outside the tree")
         head = _Node(node.chunk, node.start, head_len, parent)
         head.on_device = node.on_device
         head.on_host = node.on_host
-        head.lock_ref = node.lock_ref
         head.last_access = node.last_access
         del parent.children[(node.chunk, node.start)]
         parent.children[(head.chunk, head.start)] = head
@@ -249,15 +274,19 @@ class RadixCache:
         """Protect a matched path from eviction while its request runs."""
         m.last_node.lock_ref += 1
         m.device_node.lock_ref += 1
+        self.lock_handles += 1
 
     def unlock(self, m: MatchResult) -> None:
+        """Release a lock taken by :meth:`lock` (once per lock)."""
         for node in (m.last_node, m.device_node):
             node.lock_ref -= 1
-            assert node.lock_ref >= 0, "unbalanced unlock"
+            if node.lock_ref < 0:
+                raise InvariantViolation("LOCK-BALANCE", "unlock of a node that holds no lock")
             self._push_candidate(node)
+        self.lock_handles -= 1
 
     # ------------------------------------------------------------ allocation
-    def allocate(self, n_tokens: int, now: float) -> bool:
+    def allocate(self, n_tokens: int) -> bool:
         """Reserve device space for a prefill's new KV; evicts LRU blocks.
 
         Returns False (allocating nothing) when even full eviction of unlocked
@@ -275,9 +304,10 @@ class RadixCache:
     def release(self, n_tokens: int) -> None:
         """Give back an in-flight allocation (e.g. the unaligned tail)."""
         self.inflight -= n_tokens
-        assert self.inflight >= 0
+        if self.inflight < 0:
+            raise InvariantViolation("INFLIGHT", "released more than was allocated")
 
-    def load_back(self, m: MatchResult, now: float) -> int:
+    def load_back(self, m: MatchResult) -> int:
         """Bring the host part of a match onto the device, all or nothing.
 
         Returns the tokens loaded (0 when space could not be found; the caller
@@ -341,7 +371,8 @@ class RadixCache:
                 node = child
         # Convert the allocation into cached blocks.
         self.inflight -= allocated_tokens
-        assert self.inflight >= 0, "insert released more than was allocated"
+        if self.inflight < 0:
+            raise InvariantViolation("INFLIGHT", "insert released more than was allocated")
         self.device_used += new_device
         if self.device_used + self.inflight > self.device_capacity:
             node.lock_ref += 1
@@ -377,10 +408,12 @@ class RadixCache:
             free -= n.length
 
     def _take_state(self, node: _Node, now: float) -> None:
-        assert self.state_slots is not None
-        if self.states_used >= self.state_slots:
-            self._evict_states(self.states_used - self.state_slots + 1)
-        if self.states_used < self.state_slots:
+        slots = self.state_slots
+        if slots is None:
+            raise InvariantViolation("STATE-SLOTS", "state taken without a slot limit")
+        if self.states_used >= slots:
+            self._evict_states(self.states_used - slots + 1)
+        if self.states_used < slots:
             node.has_state = True
             self.states_used += 1
             self._seq += 1
@@ -449,7 +482,8 @@ class RadixCache:
     def _remove_subtree(self, node: _Node) -> None:
         """Drop a node (and any host-only descendants) from the tree."""
         parent = node.parent
-        assert parent is not None
+        if parent is None:
+            raise InvariantViolation("TREE", "removal of a node outside the tree")
         del parent.children[(node.chunk, node.start)]
         stack = [node]
         while stack:
@@ -479,23 +513,55 @@ class RadixCache:
             yield n
             stack.extend(n.children.values())
 
-    def check(self) -> None:
-        """Verify the invariants named in the module docstring."""
+    def locked_device_tokens(self, m: MatchResult) -> int:
+        """Device tokens a lock on ``m`` keeps in the pool however much else
+        is evicted: the path above its deepest locked device node (the
+        liveness check's floor)."""
+        node: _Node | None = m.last_node if m.last_node.on_device else m.device_node
+        total = 0
+        while node is not None:
+            total += node.length
+            node = node.parent
+        return total
+
+    def check(self, lock_handles: int | None = None) -> None:
+        """Verify the invariants named in the module docstring.
+
+        ``lock_handles``: the number of locks the caller knows to be live
+        (requests and pins holding a match); checked against the cache's own
+        count when given.
+        """
         dev = host = states = 0
+        refs = self.root.lock_ref
         for n in self.nodes():
-            assert n.parent is not None and n.parent.children.get((n.chunk, n.start)) is n, "TREE"
+            parent = n.parent
+            if parent is None or parent.children.get((n.chunk, n.start)) is not n:
+                raise InvariantViolation("TREE", "node not registered with its parent")
             if n.on_device:
                 dev += n.length
-                assert n.parent is self.root or n.parent.on_device, "TREE: device node under evicted parent"
+                if parent is not self.root and not parent.on_device:
+                    raise InvariantViolation("TREE", "device node under an evicted parent")
             if n.on_host:
                 host += n.length
-            assert n.on_device or n.on_host, "TREE: node in no tier"
-            assert n.lock_ref >= 0
+            if not (n.on_device or n.on_host):
+                raise InvariantViolation("TREE", "node in no tier")
+            if n.lock_ref < 0:
+                raise InvariantViolation("LOCK-BALANCE", f"negative lock count {n.lock_ref}")
+            refs += n.lock_ref
             if n.has_state:
                 states += 1
-        assert dev == self.device_used, f"device accounting {dev} != {self.device_used}"
-        assert host == self.host_used, f"host accounting {host} != {self.host_used}"
-        assert self.device_used + self.inflight <= self.device_capacity, "CAP-DEVICE"
-        assert self.host_used <= max(self.host_capacity, 0), "CAP-HOST"
+        require(dev == self.device_used, "ACCOUNTING", f"device tokens {dev} != {self.device_used}")
+        require(host == self.host_used, "ACCOUNTING", f"host tokens {host} != {self.host_used}")
+        require(self.inflight >= 0, "INFLIGHT", f"negative in-flight allocation {self.inflight}")
+        require(self.device_used + self.inflight <= self.device_capacity, "CAP-DEVICE",
+                f"{self.device_used} cached + {self.inflight} in flight > {self.device_capacity}")
+        require(self.host_used <= max(self.host_capacity, 0), "CAP-HOST",
+                f"{self.host_used} > {self.host_capacity}")
         if self.state_slots is not None:
-            assert states == self.states_used <= self.state_slots, "state slots"
+            require(states == self.states_used <= self.state_slots, "STATE-SLOTS",
+                    f"{states} states, {self.states_used} counted, {self.state_slots} slots")
+        require(refs == 2 * self.lock_handles, "LOCK-BALANCE",
+                f"{refs} lock references for {self.lock_handles} live locks (two each)")
+        if lock_handles is not None:
+            require(lock_handles == self.lock_handles, "LOCK-BALANCE",
+                    f"{self.lock_handles} locks in the cache, {lock_handles} held by requests and pins")

@@ -6,6 +6,9 @@ before its prefill starts, SGLang's behaviour, or at prefill completion);
 past that reservation a running request grows by one token a step, and when
 the pool cannot hold the next step the youngest request is retracted to the
 wait queue (it resumes later, after a transfer charge, from where it was).
+A reservation larger than the whole instance could never be granted: it is
+refused with :class:`~basin.sim.invariants.RequestNeverFits` rather than
+left to block the wait queue forever.
 
 Time: while the batch is unchanged, step ``i`` of an epoch costs
 ``a + k (i - 1)`` with ``a = base + per_request B + per_token C0`` and
@@ -21,8 +24,9 @@ import heapq
 import math
 from typing import Callable
 
-from basin.sim.config import DecodeProfile
+from basin.catalog import DecodeProfile
 from basin.sim.events import ENGINE, EventLoop
+from basin.sim.invariants import RequestNeverFits, require
 from basin.sim.lending import LentMemory
 from basin.sim.sessions import Request, queue_key
 
@@ -110,6 +114,12 @@ class DecodeInstance:
             if need > self.free_tokens:
                 self._reclaim(need - self.free_tokens)
                 if need > self.free_tokens:
+                    if need > self.capacity:
+                        raise RequestNeverFits(
+                            "LIVE-DECODE-FITS",
+                            f"decode {self.index}: session {req.session.uid} call {req.call_index} "
+                            f"needs {need} KV tokens ({req.prompt} prompt + {req.generated} generated "
+                            f"+ {self.reserve_out} reserved), more than the instance's {self.capacity}")
                     break
             heapq.heappop(wait)
             self.used += need
@@ -276,6 +286,33 @@ class DecodeInstance:
         victim.generated += ran
         victim.retractions += 1
         heapq.heappush(self.wait, (self._sort_key(victim), victim.seq, victim))
+
+    # ---------------------------------------------------------------- checks
+    def check(self, reserved_idle: int | None = None) -> None:
+        """Verify the memory accounting (RESERVE-BALANCE): ``used`` is what
+        the idle reservations, the requests pending a join and the batch hold
+        (each batch member its reservation plus its growth beyond
+        ``reserve_output_tokens``), within capacity; the batch's context and
+        growing counts match its members. ``reserved_idle``: the idle
+        reservations the caller knows of (requests reserved here and not yet
+        joined), checked when given."""
+        require(self.reserved_idle >= 0, "RESERVE-BALANCE", f"negative idle reservations {self.reserved_idle}")
+        held = self.reserved_idle
+        for req in self.pending:
+            held += req.reserved
+        ctx = growing = 0
+        for req in self.batch:
+            ran = self.step - req.join_step
+            held += req.reserved + max(0, ran - self.reserve_out)
+            ctx += req.prompt + 1 + req.generated + ran
+            growing += req.growing
+        require(held == self.used, "RESERVE-BALANCE", f"{self.used} tokens used, {held} held by requests")
+        require(0 <= self.used <= self.capacity, "CAP-DECODE", f"{self.used} used of {self.capacity}")
+        require(ctx == self.ctx_sum, "BATCH", f"context sum {self.ctx_sum} != {ctx}")
+        require(growing == self.n_growing, "BATCH", f"{self.n_growing} growing counted, {growing} flagged")
+        if reserved_idle is not None:
+            require(reserved_idle == self.reserved_idle, "RESERVE-BALANCE",
+                    f"{self.reserved_idle} idle reservations counted, {reserved_idle} held by requests")
 
     @property
     def decoding_tokens(self) -> int:

@@ -10,12 +10,15 @@ arriving whatever the engine's state: that partly-open loop is what lets a
 finite surge leave the engine trapped.
 
 The policy sees only :class:`~basin.policy.base.Signals` and session events,
-and answers with decisions the engine applies; it never touches engine state.
+and answers with decisions; the one :class:`~basin.policy.driver.PolicyDriver`
+keeps the session accounting and applies them, and the simulator hosts it
+(the gateway and the emulator host the same driver). The engine mechanisms a
+policy needs (:class:`~basin.policy.base.EngineNeeds`) are applied at the
+start and again when an intervention switches the policy.
 """
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import math
 from collections import Counter
@@ -24,12 +27,14 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 
-from basin.policy.base import Admission, ControlDecision, Policy, SessionInfo, Signals
+from basin.catalog import Deployment, HardwareProfile, effective_cache_tokens
+from basin.policy.base import EngineNeeds, Policy, SessionInfo
+from basin.policy.driver import EngineFigures, PolicyDriver
 from basin.sim.borrow import Borrowing, attach_borrowing
 from basin.sim.cache import RadixCache
-from basin.sim.config import Deployment, HardwareProfile
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import CLIENT, CONTROL, ENGINE, SAMPLE, EventLoop
+from basin.sim.invariants import InvariantViolation
 from basin.sim.lending import LendingConfig, LentMemory, LentTier
 from basin.sim.prefill import PrefillInstance
 from basin.sim.recorder import Recorder
@@ -38,8 +43,19 @@ from basin.sim.sessions import Request, SessionState
 from basin.workload.arrivals import SessionArrival
 from basin.workload.records import Session
 
-#: Horizon of the long-run arrival rate signal.
-ARRIVAL_RATE_WINDOW_S = 15 * 60.0
+
+class EngineSwitchError(ValueError):
+    """A policy switch asks for an engine mechanism that cannot start or stop mid-run."""
+
+
+def switch_refusal(before: EngineNeeds, after: EngineNeeds) -> str | None:
+    """Why the engine cannot go from ``before``'s mechanisms to ``after``'s
+    mid-run, or None. Reservation order and lending switch at once; prefill
+    borrowing on decode instances is wired in at the start and stays as it is."""
+    if before.decode_prefill_borrowing != after.decode_prefill_borrowing:
+        return ("prefill on decode instances (Crossflow's borrowing) cannot start, stop or change "
+                "mid-run; run the two policies' borrowing alike, or start with the second policy")
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +102,7 @@ class Simulator:
         dep = config.deployment
         self.loop = EventLoop()
         self.recorder = Recorder()
-        self.reserve_at_completion = (
-            policy.needs.reserve_decode_at_prefill_completion
-            if config.reserve_at_prefill_completion is None else config.reserve_at_prefill_completion
-        )
+        needs = policy.needs
         host_tokens = int(dep.host_ratio * hw.prefill.prefix_cache_tokens)
         self.prefills = [
             PrefillInstance(
@@ -107,27 +120,21 @@ class Simulator:
         ]
         # Decode instances run prefill chunks under an ITL lease (Crossflow).
         self.borrowing: Borrowing | None = None
-        if policy.needs.decode_runs_prefill:
+        if needs.decode_prefill_borrowing is not None:
             self.borrowing = attach_borrowing(self.decodes, hw.prefill, hw.itl_slo_s, self.loop,
-                                              policy.needs.extra.get("borrow"))  # type: ignore[arg-type]
+                                              dataclasses.asdict(needs.decode_prefill_borrowing))
         self.lent_tier: LentTier | None = None
         self._lending_on = False
-        if policy.needs.decode_memory_lending:
-            lending = LendingConfig(cap_fraction=policy.needs.lend_cap_fraction)
-            for d in self.decodes:
-                d.lending = LentMemory(d.capacity, lending)
-                d.held_by_prefill = self._prefill_holds
-            self.lent_tier = LentTier([d.lending for d in self.decodes], lending)
-            for p in self.prefills:
-                p.lower_tiers.append(self.lent_tier)
+        self.reserve_at_completion = False
+        self.needs = needs
+        self._apply_needs(needs)
+        self.effective_cache_tokens = effective_cache_tokens(
+            hw.prefill.prefix_cache_tokens * len(self.prefills), sum(p.cache.host_capacity for p in self.prefills))
+        self.driver = PolicyDriver(policy, self)
         self.sessions: list[SessionState] = []
         self.active: set[SessionState] = set()
         self.active_by_tag: Counter[str] = Counter()
-        self.parked: list[SessionState] = []
-        self.working_set = 0
-        self.arrival_times: list[float] = []
         self._req_seq = 0
-        self._ordered = False
         self._reference_cache: dict[int, float] = {}
 
     # ================================================================== run
@@ -172,12 +179,11 @@ class Simulator:
         for last_touch, _, s in sorted(starts, key=lambda x: (x[0], x[2].uid)):
             if s.key:
                 self.prefills[s.uid % len(self.prefills)].cache.insert(s.key, last_touch, 0)
-        self.policy.attach([self._info(s) for s in warm], 0.0)
+        self.driver.attach([(self._info(s), s.context_tokens) for s in warm], 0.0)
         for _, residual, s in starts:
             s.admitted_s = 0.0
             self.active.add(s)
             self.active_by_tag[s.tag] += 1
-            self.working_set += s.context_tokens
             self.loop.at(residual, CLIENT, self._issue, s)
 
     # ============================================================= sessions
@@ -196,33 +202,48 @@ class Simulator:
 
     def _arrive(self, arr: SessionArrival) -> None:
         s = self._new_session(arr)
-        self.arrival_times.append(self.loop.now)
-        decision = self.policy.on_session_arrival(self._info(s), self._signals())
-        if decision is Admission.ADMIT:
-            self._admit(s)
-        elif decision is Admission.PARK:
-            self.parked.append(s)
-        else:
-            s.shed = True
+        self.driver.arrive(self._info(s), s.context_tokens)
 
-    def _admit(self, s: SessionState) -> None:
+    # Driver host: the driver's decisions, applied to the engine.
+    def admitted(self, uid: int) -> None:
+        s = self.sessions[uid]
         now = self.loop.now
         s.admitted_s = now
         self.active.add(s)
         self.active_by_tag[s.tag] += 1
-        self.working_set += s.context_tokens
         self.recorder.first_admitted(now - s.arrival_s)
         self._issue(s, first=True)
+
+    def shed(self, uid: int, reason: str) -> None:
+        self.sessions[uid].shed = True
+
+    def resumed(self, uid: int) -> None:
+        self._issue(self.sessions[uid])
+
+    def lending(self, on: bool) -> None:
+        if self.lent_tier is not None:
+            self._lending_on = on
+            if not on:
+                for dec in self.decodes:
+                    if dec.lending is not None:
+                        dec.lending.maintain(dec.free_beyond_demand(), self._prefill_holds)
+
+    def ordering(self, on: bool) -> None:
+        for p in self.prefills:
+            p.set_ordered(on)
+        for dec in self.decodes:
+            dec.set_ordered(on)
 
     def _issue(self, s: SessionState, first: bool = False) -> None:
         """The session's next call is ready (its tool gap has elapsed)."""
         if s.terminated:
             self._end_session(s, completed=False)
             return
-        if s.paused:
+        if self.driver.is_paused(s.uid):
             s.held_call = True
-            self.policy.on_call_held(s.uid, self.loop.now)
+            self.driver.call_held(s.uid, self.loop.now)
             return
+        s.held_call = False
         now = self.loop.now
         self._unpin(s)
         k = s.next_call
@@ -233,10 +254,8 @@ class Simulator:
         if first:
             req.issued_s = s.arrival_s
         # The policy hears of the call first, so its key can reflect the moment.
-        self.policy.on_call_issued(s.uid, req.prompt, now)
-        req.prio = self.policy.priority_key(s.uid)
+        req.prio = self.driver.call_issued(s.uid, req.prompt, now)
         s.inflight = req
-        self.working_set += req.prompt - s.context_tokens
         s.context_tokens = req.prompt
         prefill = choose_prefill(self.config.deployment.router, self.prefills, req)
         s.last_prefill = prefill.index
@@ -264,7 +283,9 @@ class Simulator:
 
     def _prefill_done(self, req: Request) -> None:
         self.recorder.prefill_done(req)
-        if self.reserve_at_completion:
+        if not req.reserved:
+            # Issued while decode memory is reserved at prefill completion
+            # (the mode may have changed since, with the policy).
             req.decode.request_memory(req)
         else:
             self.loop.at(self.loop.now + self.config.hardware.transfer_s, ENGINE, self._transferred, req)
@@ -284,10 +305,9 @@ class Simulator:
         s.calls_done += 1
         s.next_call += 1
         self.recorder.call_done(req, req.itl_violations)
-        self.working_set += req.output
         s.context_tokens += req.output
         last = s.done
-        pin_s = self.policy.on_call_finished(s.uid, s.context_tokens, last, now)
+        pin_s = self.driver.call_finished(s.uid, s.context_tokens, last, now)
         if self.lent_tier is not None:
             self._lend(s, req, keep=not (last or s.terminated))
         if last or s.terminated:
@@ -303,19 +323,19 @@ class Simulator:
         if s in self.active:
             self.active.discard(s)
             self.active_by_tag[s.tag] -= 1
-            self.working_set -= s.context_tokens
         self._unpin(s)
         if completed:
             s.finished_s = now
             self.recorder.session_done()
-        self.policy.on_session_finished(s.uid, now)
+        self.driver.session_finished(s.uid, now)
 
     # -------------------------------------------------------------- lending
     def _lend(self, s: SessionState, req: Request, keep: bool) -> None:
         """After a call, its decode instance may keep the prompt as a unit."""
         tier = self.lent_tier
         d = req.decode
-        assert tier is not None and d.lending is not None
+        if tier is None or d.lending is None:
+            raise InvariantViolation("LENDING-WIRED", f"decode instance {d.index} lends without a lent tier")
         if keep and self._lending_on and not d.waiting and d.lending.adopt(s.uid, req.prompt, d.free_beyond_demand()):
             tier.record(s.uid, d.index)
         else:
@@ -351,75 +371,52 @@ class Simulator:
             s.pin_instance = None
 
     # ============================================================== control
-    def _signals(self) -> Signals:
-        now = self.loop.now
-        n_active = len(self.active)
-        hw = self.config.hardware
-        since = bisect.bisect_left(self.arrival_times, now - ARRIVAL_RATE_WINDOW_S)
-        window_min = min(now, ARRIVAL_RATE_WINDOW_S) / 60.0
-        decode_used = sum(d.used for d in self.decodes)
+    def engine_figures(self, now_s: float) -> EngineFigures:
         decode_cap = sum(d.capacity for d in self.decodes)
-        return Signals(
-            now_s=now,
-            active_sessions=n_active,
-            parked_sessions=len(self.parked),
-            working_set_tokens=self.working_set,
-            mean_context_tokens=self.working_set / n_active if n_active else 0.0,
+        gpu = self.config.hardware.prefill.prefix_cache_tokens * len(self.prefills)
+        host = sum(p.cache.host_capacity for p in self.prefills)
+        return EngineFigures(
             hit_rate=self.recorder.recent_hit_rate(),
             prefill_queue_requests=sum(len(p.queue) for p in self.prefills),
             prefill_backlog_tokens=sum(p.backlog_tokens for p in self.prefills),
             decode_wait_requests=sum(d.waiting for d in self.decodes),
-            decode_used_fraction=decode_used / decode_cap,
-            arrival_rate_per_min=(len(self.arrival_times) - since) / window_min if window_min > 0 else 0.0,
-            gpu_cache_tokens=hw.prefill.prefix_cache_tokens * len(self.prefills),
-            host_cache_tokens=sum(p.cache.host_capacity for p in self.prefills),
+            decode_used_fraction=sum(d.used for d in self.decodes) / decode_cap,
+            gpu_cache_tokens=gpu,
+            host_cache_tokens=host,
+            effective_cache_tokens=self.effective_cache_tokens,
             lent_cache_tokens=self.lent_tier.lent_tokens if self.lent_tier is not None else 0,
             decode_kv_tokens=decode_cap,
         )
 
     def _tick(self, _: object) -> None:
-        parked_uids = [s.uid for s in self.parked]
-        decision = self.policy.control(self._signals(), parked_uids)
-        self._apply(decision)
-        self.loop.at(self.loop.now + max(decision.next_tick_s, 0.1), CONTROL, self._tick, None)
+        next_s = self.driver.tick(self.loop.now)
+        self.loop.at(self.loop.now + next_s, CONTROL, self._tick, None)
 
-    def _apply(self, d: ControlDecision) -> None:
-        if d.release or d.shed:
-            by_uid = {s.uid: s for s in self.parked}
-            for uid in d.shed:
-                s = by_uid.pop(uid, None)
-                if s is not None:
-                    s.shed = True
-            released = [by_uid.pop(uid) for uid in d.release if uid in by_uid]
-            self.parked = [s for s in self.parked if s.uid in by_uid]
-            for s in released:
-                self._admit(s)
-        if d.pause or d.resume:
-            sessions = self.sessions
-            for uid in d.pause:
-                sessions[uid].paused = True
-            for uid in d.resume:
-                s = sessions[uid]
-                s.paused = False
-                if s.held_call:
-                    s.held_call = False
-                    self._issue(s)
-        if self.lent_tier is not None:
-            self._lending_on = d.lend_decode_memory
-            if not self._lending_on:
-                for dec in self.decodes:
-                    assert dec.lending is not None
-                    dec.lending.maintain(dec.free_beyond_demand(), self._prefill_holds)
-        if d.order_by_priority != self._ordered:
-            self._ordered = d.order_by_priority
+    def _apply_needs(self, needs: EngineNeeds) -> None:
+        """Switch the engine mechanisms ``needs`` asks for (at the start, and
+        when a policy is switched on). Decode-memory lending is wired in the
+        first time a policy asks for it and stays available (lending itself
+        follows each tick's decision)."""
+        forced = self.config.reserve_at_prefill_completion
+        self.reserve_at_completion = needs.reserve_decode_at_prefill_completion if forced is None else forced
+        if needs.decode_memory_lending and self.lent_tier is None:
+            lending = LendingConfig(cap_fraction=needs.lend_cap_fraction)
+            for d in self.decodes:
+                d.lending = LentMemory(d.capacity, lending)
+                d.held_by_prefill = self._prefill_holds
+            self.lent_tier = LentTier([d.lending for d in self.decodes], lending)
             for p in self.prefills:
-                p.set_ordered(self._ordered)
-            for dec in self.decodes:
-                dec.set_ordered(self._ordered)
+                p.lower_tiers.append(self.lent_tier)
+        elif not needs.decode_memory_lending and self.lent_tier is not None:
+            self.lending(False)
+        self.needs = needs
 
     def _intervene(self, iv: Intervention) -> None:
         if iv.kind == "terminate-tag":
-            self.parked = [s for s in self.parked if s.tag != iv.tag]
+            # Parked sessions of the tag leave the queue (and the policy's books).
+            for uid in [uid for uid in self.driver.parked if self.sessions[uid].tag == iv.tag]:
+                self.sessions[uid].terminated = True
+                self.driver.session_finished(uid, self.loop.now)
             for s in [s for s in self.active if s.tag == iv.tag]:
                 s.terminated = True
                 req = s.inflight
@@ -435,19 +432,23 @@ class Simulator:
                 # Otherwise it is running (it ends when the call finishes) or in
                 # a tool gap (it ends when its next call comes due).
         elif iv.kind == "switch-policy" and iv.policy is not None:
+            refusal = switch_refusal(self.needs, iv.policy.needs)
+            if refusal is not None:
+                raise EngineSwitchError(f"switch to '{iv.policy.name}' at {iv.at_s:g} s: {refusal}")
             self.policy = iv.policy
-            self.policy.attach([self._info(s) for s in self.active], self.loop.now)
+            self._apply_needs(iv.policy.needs)
+            self.driver.switch_policy(iv.policy, [self._info(s) for s in self.active], self.loop.now)
             for s in self.active:
                 if s.inflight is not None:
-                    s.inflight.prio = self.policy.priority_key(s.uid)
+                    s.inflight.prio = self.driver.priority_key(s.uid)
 
     # ============================================================== samples
     def _sample(self, minute: int) -> None:
         lent = self.lent_tier.lent_tokens if self.lent_tier is not None else 0
         gauges = {
             "active_sessions": len(self.active),
-            "parked_sessions": len(self.parked),
-            "working_set_tokens": self.working_set,
+            "parked_sessions": len(self.driver.parked),
+            "working_set_tokens": self.driver.working_set_tokens,
             "cache_capacity_tokens": self.config.hardware.prefill.prefix_cache_tokens * len(self.prefills),
             "host_capacity_tokens": sum(p.cache.host_capacity for p in self.prefills),
             "decode_kv_decoding_tokens": sum(d.decoding_tokens for d in self.decodes),

@@ -6,8 +6,12 @@ the policy's session priority) is started while the budget lasts. Starting a
 request matches its prompt against the cache, locks the match, loads back
 host hits (overlapped with compute) and allocates pool space for the tokens
 it will compute; when the pool cannot be freed the head waits (head-of-line),
-as in SGLang. A step costs a fixed overhead plus each chunk's compute, which
-grows with the chunk's position in its prompt (full-attention layers).
+as in SGLang; a request that could not start even on an empty instance (its
+prompt, or its locked prefix plus its allocation, exceeds the pool) is
+refused with :class:`~basin.sim.invariants.RequestNeverFits` instead of
+blocking the queue forever. A step costs a fixed overhead plus each chunk's
+compute, which grows with the chunk's position in its prompt (full-attention
+layers).
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ from __future__ import annotations
 import heapq
 from typing import Callable, Protocol
 
+from basin.catalog import PrefillProfile
 from basin.sim.cache import RadixCache
-from basin.sim.config import PrefillProfile
 from basin.sim.events import ENGINE, EventLoop
+from basin.sim.invariants import RequestNeverFits
 from basin.sim.sessions import Request, queue_key
 
 
@@ -46,6 +51,8 @@ class PrefillInstance:
         self.busy = False
         self.ordered = False
         self.queued_tokens = 0  # prompt tokens waiting (a load signal for routers)
+        #: Pool tokens the queue's head asked for when its allocation last failed.
+        self.blocked_tokens = 0
         #: Cache tiers outside the instance, consulted after the local match.
         self.lower_tiers: list[LowerTier] = []
 
@@ -53,6 +60,11 @@ class PrefillInstance:
     def enqueue(self, req: Request) -> None:
         """Queue a request; its cached prefix is matched and locked now, so
         waiting in the queue does not cost it its prefix."""
+        if req.prompt > self.cache.device_capacity:
+            raise RequestNeverFits(
+                "LIVE-PREFILL-FITS",
+                f"prefill {self.index}: a prompt of {req.prompt} tokens (session {req.session.uid}, "
+                f"call {req.call_index}) exceeds the {self.cache.device_capacity}-token pool")
         req.prefill = self
         m = self.cache.match(req.key, self.loop.now)
         self.cache.lock(m)
@@ -99,7 +111,7 @@ class PrefillInstance:
             m = cache.match(req.key, now)
             cache.lock(m)
             req.match = m
-        host = cache.load_back(m, now) if m.host_tokens else 0
+        host = cache.load_back(m) if m.host_tokens else 0
         cached = m.device_tokens
         fetched = 0
         fetch_s = 0.0
@@ -120,7 +132,8 @@ class PrefillInstance:
                 host -= 1
             else:
                 cached -= 1
-        if not cache.allocate(uncached + fetched, now):
+        if not cache.allocate(uncached + fetched):
+            self.blocked_tokens = uncached + fetched
             return False
         req.cached = cached
         req.loaded = host + fetched
@@ -158,8 +171,11 @@ class PrefillInstance:
                 load_s = req.load_s
         if not plan:
             self.busy = False
-            if self.queue and not self.running and self._release_queued_locks():
-                self._start_step()
+            if self.queue and not self.running:
+                if self._release_queued_locks():
+                    self._start_step()
+                else:
+                    self._check_head_fits()
             return
         tokens_cost = self.profile.tokens_cost_s
         for req, take in plan:
@@ -195,6 +211,23 @@ class PrefillInstance:
                 req.match = None
                 released = True
         return released
+
+    def _check_head_fits(self) -> None:
+        """The instance is stalled on its head (nothing runs, no queued lock
+        left to give way): refuse the head if it could never start, that is if
+        the prefix its own lock keeps plus its allocation exceed the pool.
+        Otherwise it waits for what others hold (pins, borrowed prefills)."""
+        req = self.queue[0][2]
+        m = req.match
+        if m is None:
+            return
+        need = self.cache.locked_device_tokens(m) + self.blocked_tokens
+        if need > self.cache.device_capacity:
+            raise RequestNeverFits(
+                "LIVE-PREFILL-FITS",
+                f"prefill {self.index}: session {req.session.uid} call {req.call_index} needs "
+                f"{need} pool tokens ({self.blocked_tokens} to allocate beside its locked prefix), "
+                f"more than the {self.cache.device_capacity}-token pool")
 
     # --------------------------------------------------------------- release
     def release(self, req: Request, now: float) -> None:

@@ -51,9 +51,9 @@ def replay_trace(prompts: Sequence[tuple[Sequence[int], int]], capacity_tokens: 
         key = block_key(hashes, prompt, block_tokens, i)
         m = cache.match(key, now)
         cache.lock(m)
-        loaded = cache.load_back(m, now) if m.host_tokens else 0
+        loaded = cache.load_back(m) if m.host_tokens else 0
         uncached = prompt - m.device_tokens - loaded
-        if cache.allocate(uncached, now):
+        if cache.allocate(uncached):
             cache.insert(key, now, uncached)
         cache.unlock(m)
         prompt_total += prompt

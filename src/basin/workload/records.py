@@ -20,7 +20,7 @@ Token accounting, per call k:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 
 class RecordError(ValueError):
@@ -137,9 +137,6 @@ class Session:
     def peak_context_tokens(self) -> int:
         """Largest context the session reaches (prompt plus output of a call)."""
         return max(c.context_tokens for c in self.calls)
-
-    def with_tags(self, *tags: str) -> Session:
-        return replace(self, tags=tuple(dict.fromkeys(self.tags + tags)))
 
 
 @dataclass(frozen=True, slots=True)

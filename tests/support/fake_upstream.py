@@ -7,7 +7,7 @@ cached-token accounting can be checked), serves ``/metrics`` in the format of
 the engine it impersonates with counters that count what it really served, and
 fails on demand (death mid-stream, error statuses, hangs).
 
-    python -m basin.gateway.fake_upstream --port 8100 --tokens 16 --engine llamacpp
+    python -m tests.support.fake_upstream --port 8100 --tokens 16 --engine llamacpp   # from the repository root
 """
 
 from __future__ import annotations
@@ -531,7 +531,7 @@ async def _serve(upstream: FakeUpstream, host: str, port: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """CLI: serve until Ctrl-C; prints the base URL on its first line."""
-    parser = argparse.ArgumentParser(prog="python -m basin.gateway.fake_upstream", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.support.fake_upstream", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100, help="0 = any free port")
     parser.add_argument("--tokens", type=int, default=16, help="completion tokens per response")

@@ -1,0 +1,83 @@
+"""Deployments: how many prefill and decode instances of which hardware,
+the host tier and the router, read from ``profiles/deployments/`` or given as
+a shape such as ``2P4D-h200``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from basin.catalog.capacity import effective_cache_tokens
+from basin.catalog.files import named_file
+from basin.catalog.hardware import HardwareProfile, load_hardware
+from basin.errors import BasinInputError
+from basin.paths import PROFILE_DIR
+from basin.yamlfile import load_yaml, validation_message
+
+RouterName = Literal["cache-aware", "affinity", "least-loaded"]
+ROUTERS: tuple[str, ...] = ("cache-aware", "affinity", "least-loaded")
+
+
+class Deployment(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    hardware: str
+    prefill_instances: int = Field(ge=1)
+    decode_instances: int = Field(ge=1)
+    host_ratio: float = Field(ge=0)
+    router: RouterName = "cache-aware"
+
+    @property
+    def shape(self) -> str:
+        return f"{self.prefill_instances}P{self.decode_instances}D"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheCapacity:
+    """Prefix-cache capacity of a deployment, totals over its prefill instances."""
+
+    gpu_tokens: int
+    host_tokens: int
+    gpu_tokens_per_instance: int
+    host_tokens_per_instance: int
+
+    @property
+    def effective_tokens(self) -> int:
+        return effective_cache_tokens(self.gpu_tokens, self.host_tokens)
+
+
+def cache_capacity(deployment: Deployment, hardware: HardwareProfile) -> CacheCapacity:
+    gpu = hardware.prefill.prefix_cache_tokens
+    host = int(deployment.host_ratio * gpu)
+    n = deployment.prefill_instances
+    return CacheCapacity(gpu * n, host * n, gpu, host)
+
+
+_SHAPE = re.compile(r"^(\d+)[pP](\d+)[dD](?:-(.+))?$")
+
+
+def load_deployment(name_or_path: str) -> Deployment:
+    """A deployment by file name, path, or shape such as ``2P4D-h200`` (any xPyD)."""
+    match = _SHAPE.match(name_or_path)
+    if match and not (PROFILE_DIR / "deployments" / f"{name_or_path}.yaml").exists():
+        p, d, hw = match.groups()
+        hardware = hw or "h200"
+        load_hardware(hardware)  # fail early on an unknown profile
+        return Deployment(name=name_or_path, hardware=hardware, prefill_instances=int(p),
+                          decode_instances=int(d), host_ratio=2.0)
+    path = named_file("deployments", name_or_path)
+    try:
+        return Deployment.model_validate(load_yaml(path))
+    except ValidationError as exc:
+        raise BasinInputError(validation_message(path, exc)) from None
+
+
+def with_host_ratio(deployment: Deployment, host_ratio: float | None) -> Deployment:
+    """The deployment with another host tier (None keeps its own)."""
+    if host_ratio is None or host_ratio == deployment.host_ratio:
+        return deployment
+    return deployment.model_copy(update={"host_ratio": host_ratio})

@@ -1,0 +1,72 @@
+"""Hardware profiles: the engine costs and capacities of one GPU type, read
+from ``profiles/hardware/`` (the one source of truth for them)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from basin.catalog.files import named_file
+from basin.errors import BasinInputError
+from basin.yamlfile import load_yaml, validation_message
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PrefillProfile(_Frozen):
+    prefix_cache_tokens: int = Field(gt=0)
+    chunk_tokens: int = Field(gt=0)
+    step_overhead_s: float = Field(ge=0)
+    linear_tokens_per_s: float = Field(gt=0)
+    attention_s_per_token_position: float = Field(ge=0)
+    load_tokens_per_s: float = Field(gt=0)
+    load_threshold_tokens: int = Field(ge=0)
+    state_slots: int | None = Field(default=None, gt=0)
+
+    def tokens_cost_s(self, n_tokens: int, start_position: int) -> float:
+        """Compute time of ``n_tokens`` new tokens placed after ``start_position``
+        earlier tokens (attention cost grows with position)."""
+        return n_tokens * (1.0 / self.linear_tokens_per_s
+                           + self.attention_s_per_token_position * (start_position + n_tokens / 2.0))
+
+
+class DecodeProfile(_Frozen):
+    kv_tokens: int = Field(gt=0)
+    reserve_output_tokens: int = Field(ge=0)
+    step_base_s: float = Field(gt=0)
+    step_per_request_s: float = Field(ge=0)
+    step_per_context_token_s: float = Field(ge=0)
+    max_running_requests: int = Field(gt=0)
+    #: Batch size from which every expert is read anyway: beyond it a request
+    #: costs only ``step_per_request_beyond_s`` (None: no saturation).
+    expert_saturation_batch: int | None = Field(default=None, gt=0)
+    step_per_request_beyond_s: float = Field(default=0.0, ge=0)
+
+    def batch_s(self, batch: int) -> float:
+        """Step cost of the batch apart from its context: weights and per-request work."""
+        sat = self.expert_saturation_batch
+        if sat is None or batch <= sat:
+            return self.step_base_s + self.step_per_request_s * batch
+        return self.step_base_s + self.step_per_request_s * sat + self.step_per_request_beyond_s * (batch - sat)
+
+    def step_s(self, batch: int, context_tokens: int) -> float:
+        return self.batch_s(batch) + self.step_per_context_token_s * context_tokens
+
+
+class HardwareProfile(_Frozen):
+    name: str
+    description: str = ""
+    page_tokens: int = Field(gt=0)
+    prefill: PrefillProfile
+    decode: DecodeProfile
+    transfer_s: float = Field(ge=0)
+    itl_slo_s: float = Field(gt=0)
+
+
+def load_hardware(name_or_path: str) -> HardwareProfile:
+    path = named_file("hardware", name_or_path)
+    try:
+        return HardwareProfile.model_validate(load_yaml(path))
+    except ValidationError as exc:
+        raise BasinInputError(validation_message(path, exc)) from None

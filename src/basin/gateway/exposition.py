@@ -1,0 +1,154 @@
+"""Reading an engine's ``/metrics`` text (Prometheus exposition) by name.
+
+Only the series an adapter asks for are parsed: a vLLM or SGLang scrape is
+mostly histograms the gateway never reads, and the parser is pure Python on
+the event loop that also proxies requests. Lookups go by wire name with
+aliases in order of preference (engines rename their metrics), counters are
+turned into per-series deltas against the previous scrape, and a text that
+yields nothing is explained (empty, not exposition, or another engine's).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Iterable, Mapping
+
+from prometheus_client.parser import text_string_to_metric_families
+
+#: The samples of one wire name: (labels, value) per label set.
+Series = list[tuple[dict[str, str], float]]
+
+_NAME_END = re.compile(r"[{\s]")
+
+
+class MetricsError(ValueError):
+    """A /metrics text that cannot be turned into a snapshot."""
+
+
+def counter_names(base: str) -> tuple[str, str]:
+    """Wire names of a counter: prometheus_client appends ``_total``, hand-written exporters may not."""
+    return (base + "_total", base)
+
+
+def select_lines(text: str, wanted: frozenset[str]) -> list[str]:
+    """Keep only the sample, HELP and TYPE lines of the wanted names."""
+    kept: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line[0] == "#":
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") and parts[2] in wanted:
+                kept.append(line)
+            continue
+        m = _NAME_END.search(line)
+        name = line[: m.start()] if m else line
+        if name in wanted:
+            kept.append(line)
+    return kept
+
+
+def index_series(engine: str, text: str, wanted: frozenset[str]) -> dict[str, Series]:
+    """Finite samples of the wanted names, by wire sample name (empty if none is present).
+
+    Raises :class:`MetricsError` when a line of a wanted series is malformed.
+    """
+    kept = select_lines(text, wanted)
+    index: dict[str, Series] = {}
+    if not kept:
+        return index
+    try:
+        for family in text_string_to_metric_families("\n".join(kept) + "\n"):
+            for sample in family.samples:
+                if sample.name in wanted:
+                    value = float(sample.value)
+                    if math.isfinite(value):
+                        index.setdefault(sample.name, []).append((dict(sample.labels), value))
+    except Exception as exc:  # the parser raises bare ValueError/IndexError on bad lines
+        why = str(exc) or type(exc).__name__
+        raise MetricsError(f"{engine}: malformed /metrics line among the expected series: {why}") from exc
+    return index
+
+
+def diagnose(engine: str, text: str, expected: Iterable[str], hint: str) -> MetricsError:
+    """Explain why a text gave no expected series: not exposition at all, or the wrong metrics."""
+    names = ", ".join(expected)
+    stripped = text.strip()
+    if not stripped:
+        return MetricsError(f"{engine}: the /metrics response is empty; expected {names}. {hint}".strip())
+    head = "\n".join(stripped.splitlines()[:200]) + "\n"
+    try:
+        families = [f.name for f in text_string_to_metric_families(head)]
+    except Exception as exc:
+        return MetricsError(
+            f"{engine}: the /metrics response is not Prometheus text exposition "
+            f"({str(exc) or type(exc).__name__}); it begins {stripped[:80]!r}"
+        )
+    if not families:
+        return MetricsError(
+            f"{engine}: the /metrics response holds no metrics; expected {names}. {hint}".strip()
+        )
+    # Namespaced names (vllm:..., sglang:...) say which engine this really is; runtime ones do not.
+    sample = ", ".join(sorted(families, key=lambda n: ":" not in n)[:5])
+    return MetricsError(
+        f"{engine}: none of the expected series ({names}) in /metrics "
+        f"(it has other metrics, e.g. {sample}): wrong engine or metrics URL? {hint}".strip()
+    )
+
+
+class Deltas:
+    """Per-series counter deltas against the previous scrape.
+
+    Keyed per label set, so one DP rank restarting does not corrupt the
+    others. A counter that went down is a restart: its new value is the delta.
+    A series never seen before counts from zero (first scrape: cumulative).
+    """
+
+    def __init__(self, previous: Mapping[tuple, float]) -> None:
+        self.previous = previous
+        self.current: dict[tuple, float] = {}
+
+    def __call__(self, key: tuple, value: float) -> float:
+        self.current[key] = value
+        before = self.previous.get(key)
+        if before is None or value < before:
+            return value
+        return value - before
+
+
+class Reader:
+    """Lookups over one scrape that remember which wire names they used."""
+
+    def __init__(self, index: Mapping[str, Series]) -> None:
+        self.index = index
+        self.found: list[str] = []
+
+    def series(self, *names: str) -> tuple[str, Series] | None:
+        """The first of ``names`` present (aliases in order of preference)."""
+        for name in names:
+            rows = self.index.get(name)
+            if rows:
+                if name not in self.found:
+                    self.found.append(name)
+                return name, rows
+        return None
+
+    def total(self, *names: str) -> float | None:
+        """Sum over label sets (DP ranks, engines) of the first name present."""
+        hit = self.series(*names)
+        return None if hit is None else sum(v for _, v in hit[1])
+
+    def mean(self, *names: str) -> float | None:
+        """Mean over label sets: fractions (KV usage, hit-rate gauges) do not add up across ranks."""
+        hit = self.series(*names)
+        return None if hit is None else sum(v for _, v in hit[1]) / len(hit[1])
+
+    def counter_delta(self, key: str, deltas: Deltas, *bases: str) -> float | None:
+        """Sum of per-series deltas of the first counter present, trying ``x_total`` then ``x`` per alias."""
+        names = [n for base in bases for n in counter_names(base)]
+        hit = self.series(*names)
+        if hit is None:
+            return None
+        return sum(deltas((key, tuple(sorted(labels.items()))), v) for labels, v in hit[1])

@@ -1,0 +1,254 @@
+"""The one driver of a control policy.
+
+The simulator, the engine emulator and the gateway each host a
+:class:`PolicyDriver`. The driver keeps what every host would otherwise keep
+in its own way: which sessions are parked (in arrival order), admitted,
+paused or holding a call; each admitted session's context and their sum (the
+working set); the long-run arrival rate; the control cadence. It assembles
+:class:`~basin.policy.base.Signals` from that and from the engine figures its
+host reports, asks the policy, and applies the decisions by telling the host
+what to do. So a decision means the same thing under every host, and a
+conformance test can hold the hosts to it.
+
+Everything is synchronous and single-threaded; time is handed in.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from basin.policy.base import Admission, ControlDecision, Policy, SessionInfo, Signals
+
+#: Horizon of the long-run arrival rate signal.
+ARRIVAL_RATE_WINDOW_S = 15 * 60.0
+
+#: Shortest interval between two control ticks, whatever a policy asks.
+MIN_TICK_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFigures:
+    """What the host measures of its engine at a decision point."""
+
+    hit_rate: float
+    prefill_queue_requests: int
+    prefill_backlog_tokens: int
+    decode_wait_requests: int
+    decode_used_fraction: float
+    gpu_cache_tokens: int
+    host_cache_tokens: int
+    effective_cache_tokens: int
+    lent_cache_tokens: int
+    decode_kv_tokens: int
+    #: Age of the engine-side figures (0 in simulation).
+    stale_s: float = 0.0
+
+
+class DriverHost(Protocol):
+    """What a host does on its driver's word. Each call is one state change
+    the driver has already recorded."""
+
+    def engine_figures(self, now_s: float) -> EngineFigures: ...
+
+    def admitted(self, uid: int) -> None:
+        """The session may send its first call (at once, or when it is held)."""
+
+    def shed(self, uid: int, reason: str) -> None:
+        """The session is refused for good."""
+
+    def resumed(self, uid: int) -> None:
+        """A paused session's held call may go."""
+
+    def ordering(self, on: bool) -> None:
+        """Both engine queues ordered by the policy's priority key (called on change)."""
+
+    def lending(self, on: bool) -> None:
+        """Decode memory lent as cache or not (called at every tick)."""
+
+
+class Standing(enum.Enum):
+    PARKED = "parked"
+    ADMITTED = "admitted"
+
+
+@dataclass(slots=True)
+class Tracked:
+    standing: Standing
+    context_tokens: int
+    paused: bool = False
+    held: bool = False
+
+
+class PolicyDriver:
+    def __init__(self, policy: Policy, host: DriverHost):
+        self.policy = policy
+        self.host = host
+        self.sessions: dict[int, Tracked] = {}
+        #: Parked sessions in arrival order (a dict keeps insertion order).
+        self.parked: dict[int, None] = {}
+        self.admitted_count = 0
+        self.working_set_tokens = 0
+        self.ordered = False
+        self.last_signals: Signals | None = None
+        self.last_decision: ControlDecision | None = None
+        self._arrivals: deque[float] = deque()
+
+    # ------------------------------------------------------------ signals
+    def arrival_rate_per_min(self, now_s: float) -> float:
+        """Arrivals per minute over the last 15 minutes (over the run so far
+        when it is shorter)."""
+        horizon = now_s - ARRIVAL_RATE_WINDOW_S
+        arrivals = self._arrivals
+        while arrivals and arrivals[0] < horizon:
+            arrivals.popleft()
+        window_min = min(now_s, ARRIVAL_RATE_WINDOW_S) / 60.0
+        return len(arrivals) / window_min if window_min > 0 else 0.0
+
+    def signals(self, now_s: float) -> Signals:
+        fig = self.host.engine_figures(now_s)
+        n = self.admitted_count
+        ws = self.working_set_tokens
+        return Signals(
+            now_s=now_s,
+            active_sessions=n,
+            parked_sessions=len(self.parked),
+            working_set_tokens=ws,
+            mean_context_tokens=ws / n if n else 0.0,
+            hit_rate=fig.hit_rate,
+            prefill_queue_requests=fig.prefill_queue_requests,
+            prefill_backlog_tokens=fig.prefill_backlog_tokens,
+            decode_wait_requests=fig.decode_wait_requests,
+            decode_used_fraction=fig.decode_used_fraction,
+            arrival_rate_per_min=self.arrival_rate_per_min(now_s),
+            gpu_cache_tokens=fig.gpu_cache_tokens,
+            host_cache_tokens=fig.host_cache_tokens,
+            lent_cache_tokens=fig.lent_cache_tokens,
+            decode_kv_tokens=fig.decode_kv_tokens,
+            effective_cache_tokens=fig.effective_cache_tokens,
+            stale_s=fig.stale_s,
+        )
+
+    # ------------------------------------------------------------ sessions
+    def arrive(self, info: SessionInfo, context_tokens: int = 0) -> Admission:
+        """A new session's first call is ready: the policy admits, parks or sheds it."""
+        self._arrivals.append(info.arrival_s)
+        verdict = self.policy.on_session_arrival(info, self.signals(info.arrival_s))
+        if verdict is Admission.ADMIT:
+            self.sessions[info.uid] = Tracked(Standing.ADMITTED, 0)
+            self._admit(info.uid, context_tokens)
+        elif verdict is Admission.PARK:
+            self.sessions[info.uid] = Tracked(Standing.PARKED, context_tokens)
+            self.parked[info.uid] = None
+        else:
+            self.policy.on_session_finished(info.uid, info.arrival_s)
+            self.host.shed(info.uid, "policy")
+        return verdict
+
+    def attach(self, sessions: Sequence[tuple[SessionInfo, int]], now_s: float) -> None:
+        """Sessions already running when the driver starts (a warm start):
+        admitted without a decision, with their contexts."""
+        self.policy.attach([info for info, _ in sessions], now_s)
+        for info, context in sessions:
+            self.sessions[info.uid] = Tracked(Standing.ADMITTED, context)
+            self.admitted_count += 1
+            self.working_set_tokens += context
+
+    def _admit(self, uid: int, context_tokens: int) -> None:
+        t = self.sessions[uid]
+        t.standing = Standing.ADMITTED
+        t.context_tokens = context_tokens
+        self.admitted_count += 1
+        self.working_set_tokens += context_tokens
+        self.host.admitted(uid)
+
+    def is_paused(self, uid: int) -> bool:
+        t = self.sessions.get(uid)
+        return t is not None and t.paused
+
+    def call_issued(self, uid: int, prompt_tokens: int, now_s: float) -> float | None:
+        """A session's call goes to the engine; returns its priority key."""
+        t = self.sessions.get(uid)
+        if t is not None and t.standing is Standing.ADMITTED:
+            self.working_set_tokens += prompt_tokens - t.context_tokens
+            t.context_tokens = prompt_tokens
+        self.policy.on_call_issued(uid, prompt_tokens, now_s)
+        return self.policy.priority_key(uid)
+
+    def call_held(self, uid: int, now_s: float) -> None:
+        """A paused session's call is ready; it waits for :meth:`PolicyDriver.tick` to resume it."""
+        t = self.sessions.get(uid)
+        if t is not None:
+            t.held = True
+        self.policy.on_call_held(uid, now_s)
+
+    def call_finished(self, uid: int, context_tokens: int, last_call: bool, now_s: float) -> float:
+        """A call's answer is complete; returns seconds to pin the prefix."""
+        t = self.sessions.get(uid)
+        if t is None or t.standing is not Standing.ADMITTED:
+            return 0.0
+        self.working_set_tokens += context_tokens - t.context_tokens
+        t.context_tokens = context_tokens
+        return self.policy.on_call_finished(uid, context_tokens, last_call, now_s)
+
+    def session_finished(self, uid: int, now_s: float) -> None:
+        """The session ended (completed, terminated, expired, or left the parked queue)."""
+        t = self.sessions.pop(uid, None)
+        if t is not None:
+            if t.standing is Standing.ADMITTED:
+                self.admitted_count -= 1
+                self.working_set_tokens -= t.context_tokens
+            else:
+                self.parked.pop(uid, None)
+        self.policy.on_session_finished(uid, now_s)
+
+    def priority_key(self, uid: int) -> float | None:
+        return self.policy.priority_key(uid)
+
+    # ------------------------------------------------------------ control
+    def tick(self, now_s: float) -> float:
+        """One control step; returns seconds until the next one."""
+        signals = self.signals(now_s)
+        self.last_signals = signals
+        decision = self.policy.control(signals, list(self.parked))
+        self.last_decision = decision
+        self.apply(decision, now_s)
+        return max(decision.next_tick_s, MIN_TICK_S)
+
+    def apply(self, d: ControlDecision, now_s: float) -> None:
+        """Sheds first, then releases in the decision's order, then pauses,
+        resumes, lending and ordering."""
+        sessions = self.sessions
+        for uid in d.shed:
+            if uid in self.parked:
+                del self.parked[uid]
+                del sessions[uid]
+                self.policy.on_session_finished(uid, now_s)
+                self.host.shed(uid, "persistent-overload")
+        for uid in d.release:
+            if uid in self.parked:
+                del self.parked[uid]
+                self._admit(uid, sessions[uid].context_tokens)
+        for uid in d.pause:
+            t = sessions.get(uid)
+            if t is not None:
+                t.paused = True
+        for uid in d.resume:
+            t = sessions.get(uid)
+            if t is not None and t.paused:
+                t.paused = False
+                if t.held:
+                    t.held = False
+                    self.host.resumed(uid)
+        self.host.lending(d.lend_decode_memory)
+        if d.order_by_priority != self.ordered:
+            self.ordered = d.order_by_priority
+            self.host.ordering(self.ordered)
+
+    def switch_policy(self, policy: Policy, active: Sequence[SessionInfo], now_s: float) -> None:
+        """Hand the running sessions to another policy (an intervention). The
+        host re-applies the new policy's engine needs."""
+        self.policy = policy
+        policy.attach(active, now_s)

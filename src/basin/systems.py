@@ -1,0 +1,132 @@
+"""Systems for a run: a policy by name, built with what it is handed.
+
+The policy package holds pure decision objects; this module is where they
+meet the world: it reads BASIN's cliff profile from the catalogue, fits or
+loads its peak-context predictor, hands Continuum the deployment's prefill
+costs, and checks every parameter before anything runs. The simulator's
+experiments, the gateway and the emulator all build their policies here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from basin.catalog import Deployment, HardwareProfile, critical_rate, load_deployment, load_hardware
+from basin.policy.base import Policy
+from basin.policy.basin import BasinPolicy, BasinPriorPolicy, CliffSummary
+from basin.policy.composition import CompositionPolicy
+from basin.policy.continuum import ContinuumPolicy, ReloadCosts
+from basin.policy.params import PolicyParamError
+from basin.policy.registry import policy_class, policy_names
+
+#: Build options of a system besides its policy parameters (they choose what
+#: the policy is handed, so they are not settings a driver may change later).
+BUILD_OPTIONS: dict[str, tuple[str, ...]] = {
+    "basin": ("predictor", "profile"),
+    "basin-prior": ("profile",),
+}
+
+DEFAULT_PREDICTOR = "ridge"
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """What a run knows that a policy may be built from."""
+
+    #: The deployment, with the run's host tier applied (None: unknown, as at a gateway).
+    deployment: Deployment | None = None
+    #: The workload preset or file the sessions come from (fits the ridge predictor).
+    workload: str | None = None
+    #: The hardware of the deployment (None: read from the deployment's own).
+    hardware: HardwareProfile | None = None
+    #: Whether the deployment's own host tier was overridden (profiles are kept per tier).
+    host_ratio: float | None = None
+
+    def hardware_profile(self) -> HardwareProfile | None:
+        if self.hardware is not None:
+            return self.hardware
+        return load_hardware(self.deployment.hardware) if self.deployment is not None else None
+
+
+def system_names() -> list[str]:
+    return policy_names()
+
+
+def build_policy(system: str, params: Mapping[str, object] | None = None,
+                 context: RunContext | None = None) -> Policy:
+    """The policy of ``system`` with ``params`` (its parameters and build
+    options), for the run ``context`` describes. Bad names, types and ranges
+    are refused here, before a run starts."""
+    cls = policy_class(system)
+    context = context or RunContext()
+    values = dict(params or {})
+    options = {k: values.pop(k) for k in BUILD_OPTIONS.get(system, ()) if k in values}
+    unknown = sorted(set(values) - set(cls.Params.names()))
+    if unknown:
+        known = sorted(cls.Params.names()) + list(BUILD_OPTIONS.get(system, ()))
+        raise PolicyParamError(system, unknown[0], f"unknown; known parameters: {', '.join(known) or '(none)'}")
+    policy_params = cls.Params.from_mapping(values)
+    if cls in (BasinPolicy, BasinPriorPolicy):
+        profile = _option_text(system, options, "profile")
+        cliff = cliff_summary(context, profile)
+        if cls is BasinPriorPolicy:
+            return BasinPriorPolicy(policy_params, cliff=cliff)  # type: ignore[arg-type]
+        from basin.predict.peak import make_predictor
+
+        spec = _option_text(system, options, "predictor") or DEFAULT_PREDICTOR
+        return BasinPolicy(policy_params, predictor=make_predictor(spec, context.workload),  # type: ignore[arg-type]
+                           cliff=cliff)
+    if cls in (ContinuumPolicy, CompositionPolicy):
+        hw = context.hardware_profile()
+        costs = ReloadCosts.from_prefill(hw.prefill) if hw is not None else None
+        return cls(policy_params, costs=costs)  # type: ignore[call-arg]
+    return cls(policy_params)
+
+
+def _option_text(system: str, options: Mapping[str, object], name: str) -> str | None:
+    value = options.get(name)
+    if value is not None and not isinstance(value, str):
+        raise PolicyParamError(system, name, f"expected text, got {value!r}")
+    return value
+
+
+def cliff_summary(context: RunContext, profile: str | None = None) -> CliffSummary:
+    """What BASIN needs of the offline cliff profile: ``profile`` (a file),
+    else the shipped profile of the deployment, its cache tier and the
+    workload (falling back to the default workload's), else the reference
+    curve with the deployment's critical rate. ``origin`` says which."""
+    from basin.catalog.cliff_profiles import DEFAULT_WORKLOAD, default_profile_path, load_profile
+
+    dep = context.deployment
+    path = profile
+    if path is None and dep is not None:
+        for wl in dict.fromkeys([context.workload or DEFAULT_WORKLOAD, DEFAULT_WORKLOAD]):
+            candidate = default_profile_path(dep.name, workload=wl, host_ratio=context.host_ratio)
+            if candidate.exists():
+                path = str(candidate)
+                break
+    if path is not None:
+        prof = load_profile(path)
+        return CliffSummary(prof.kappa, prof.x_knee, prof.lambda_c_per_min, origin=str(path))
+    if dep is None:
+        return CliffSummary()
+    rate = critical_rate(dep.name, context.workload or DEFAULT_WORKLOAD)
+    if rate is None:
+        return CliffSummary(origin=f"reference curve; no critical rate for {dep.name}: no shedding")
+    return CliffSummary(lambda_c_per_min=rate.per_min, origin=f"reference curve; critical rate of {dep.name}")
+
+
+def context_for(deployment: str | Deployment | None, workload: str | None = None,
+                host_ratio: float | None = None) -> RunContext:
+    """A run context from names, as the CLI and scenarios give them."""
+    if deployment is None:
+        return RunContext(workload=workload, host_ratio=host_ratio)
+    dep = load_deployment(deployment) if isinstance(deployment, str) else deployment
+    if host_ratio is not None:
+        dep = dep.model_copy(update={"host_ratio": host_ratio})
+    return RunContext(deployment=dep, workload=workload, host_ratio=host_ratio)
+
+
+__all__ = ["BUILD_OPTIONS", "RunContext", "build_policy", "cliff_summary", "context_for",
+           "system_names"]

@@ -1,0 +1,32 @@
+"""Reading the project's YAML files with errors a user can act on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from basin.errors import BasinInputError
+
+
+def load_yaml(path: Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise BasinInputError(f"{path}: file not found") from None
+    except yaml.YAMLError as exc:
+        raise BasinInputError(f"{path}: not valid YAML ({exc})") from None
+
+
+def validation_message(path: object, exc: ValidationError) -> str:
+    """One readable line per problem: file, field path, what was expected."""
+    lines = [f"{path}: invalid"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        got = err.get("input")
+        shown = "" if isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"  field '{loc}': {err['msg']}{shown}")
+    return "\n".join(lines)

@@ -1,0 +1,87 @@
+"""Prefill instances: locks held by queued and running requests, and
+liveness (a request that could never start is refused, one that can waits)."""
+
+from __future__ import annotations
+
+import pytest
+
+from basin.sim.events import EventLoop
+from basin.sim.invariants import RequestNeverFits
+
+from .helpers import prefill, request
+
+
+def _cached(cache, key) -> None:
+    n = sum(k for _, k in key)
+    assert cache.allocate(n)
+    cache.insert(key, 0.0, n)
+
+
+def test_a_prompt_larger_than_the_pool_is_refused_at_once():
+    inst = prefill(0, cache_tokens=4096)
+    with pytest.raises(RequestNeverFits) as err:
+        inst.enqueue(request(1, 5000))
+    assert err.value.invariant == "LIVE-PREFILL-FITS"
+    assert "5000" in str(err.value) and "4096" in str(err.value)
+    assert not inst.queue and inst.cache.lock_handles == 0
+
+
+def test_a_fully_cached_prompt_as_large_as_the_pool_can_never_start():
+    """Its cached prefix stays locked and its last token still needs a slot:
+    1024 + 1 tokens in a 1024-token pool. It used to wait forever."""
+    inst = prefill(0, cache_tokens=1024)
+    _cached(inst.cache, [("c", 1024)])
+    with pytest.raises(RequestNeverFits, match="1025"):
+        inst.enqueue(request(1, 1024, key=[("c", 1024)]))
+
+
+def test_a_request_blocked_by_a_pin_waits_and_starts_when_it_goes():
+    loop = EventLoop()
+    done = []
+    inst = prefill(0, cache_tokens=2048, loop=loop, on_done=done.append)
+    _cached(inst.cache, [("p", 1536)])
+    pin = inst.cache.match([("p", 1536)], 0.0)
+    inst.cache.lock(pin)
+    req = request(1, 1024)
+    inst.enqueue(req)  # 512 free: it waits (no error: it fits once the pin goes)
+    loop.run(10.0)
+    assert not done and inst.queue and not inst.busy
+    assert inst.blocked_tokens == 1024
+    inst.cache.check(lock_handles=2)
+    inst.cache.unlock(pin)
+    inst.kick()
+    loop.run(20.0)
+    assert done == [req] and req.uncached == 1024
+    inst.release(req, loop.now)
+    inst.cache.check(lock_handles=0)
+    assert inst.cache.peek(req.key) == 1024
+
+
+def test_queued_requests_hold_one_lock_each_until_they_give_way():
+    loop = EventLoop()
+    inst = prefill(0, cache_tokens=4096, loop=loop)
+    _cached(inst.cache, [("p", 2304)])
+    pin = inst.cache.match([("p", 2304)], 0.0)
+    inst.cache.lock(pin)
+    for uid in range(1, 4):
+        _cached(inst.cache, [(("ctx", uid), 256)])
+    # Each queued request locks its cached 256 tokens; the head needs more
+    # room than the pool can give while the pin holds 2304.
+    reqs = [request(uid, 2048, key=[(("ctx", uid), 256), (("new", uid), 1792)]) for uid in range(1, 4)]
+    for r in reqs:
+        inst.enqueue(r)
+    # Nothing runs and the head cannot start: the other queued requests let
+    # their prefixes go (they re-match when they start).
+    assert [r.match is not None for r in reqs] == [True, False, False]
+    inst.cache.check(lock_handles=2)
+    inst.cache.unlock(pin)
+    inst.kick()
+    finished = []
+    inst.on_done = finished.append
+    while len(finished) < 3:
+        loop.run(loop.now + 1.0)
+        for r in finished:
+            if r.match is not None:
+                inst.release(r, loop.now)
+    assert finished == reqs
+    inst.cache.check(lock_handles=0)

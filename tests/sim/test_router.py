@@ -1,0 +1,130 @@
+"""Routers: which prefill and decode instance a call goes to."""
+
+from __future__ import annotations
+
+import pytest
+
+from basin.sim.decode import DecodeInstance
+from basin.sim.events import EventLoop
+from basin.sim.router import BALANCE_ABS_REQUESTS, choose_decode, choose_prefill
+
+from .helpers import HW, prefill, request
+
+
+def _cached(inst, key) -> None:
+    n = sum(k for _, k in key)
+    assert inst.cache.allocate(n)
+    inst.cache.insert(key, 0.0, n)
+
+
+def _queue(inst, n: int) -> None:
+    """Make ``inst`` look busy with ``n`` queued requests (routers read only
+    the lengths and the backlog)."""
+    inst.queue = [(0.0, i, None) for i in range(n)]
+
+
+SYS = [("sys", 4096)]
+
+
+def test_a_single_instance_takes_everything():
+    only = [prefill(0)]
+    for router in ("cache-aware", "affinity", "least-loaded"):
+        assert choose_prefill(router, only, request(1, 100)) is only[0]
+
+
+def test_cache_aware_prefers_the_longest_cached_prefix():
+    insts = [prefill(i) for i in range(3)]
+    _cached(insts[0], SYS)
+    _cached(insts[2], SYS + [("u1", 1024)])
+    req = request(1, 6144, key=SYS + [("u1", 1024), ("new", 1024)])
+    assert choose_prefill("cache-aware", insts, req) is insts[2]
+
+
+def test_cache_aware_breaks_match_ties_by_load_then_index():
+    insts = [prefill(i) for i in range(3)]
+    for inst in insts:
+        _cached(inst, SYS)
+    req = request(1, 5000, key=SYS + [("new", 904)])
+    assert choose_prefill("cache-aware", insts, req) is insts[0]
+    _queue(insts[0], 3)
+    _queue(insts[1], 1)
+    _queue(insts[2], 1)
+    assert choose_prefill("cache-aware", insts, req) is insts[1]
+
+
+def test_cache_aware_with_poor_reuse_goes_where_the_cache_holds_least():
+    insts = [prefill(i) for i in range(3)]
+    _cached(insts[0], [("other", 8192)])
+    _cached(insts[1], SYS)  # holds 4096 of a 10000-token prompt: below half
+    _cached(insts[2], [("x", 2048)])
+    req = request(1, 10_000, key=SYS + [("new", 5904)])
+    assert choose_prefill("cache-aware", insts, req) is insts[2]
+
+
+def test_cache_aware_falls_back_to_the_shortest_queue_when_badly_unbalanced():
+    insts = [prefill(i) for i in range(2)]
+    _cached(insts[0], SYS + [("u1", 1024)])
+    req = request(1, 5200, key=SYS + [("u1", 1024), ("new", 80)])
+    _queue(insts[0], BALANCE_ABS_REQUESTS + 1)
+    assert choose_prefill("cache-aware", insts, req) is insts[1]
+    # Exactly the absolute margin is not imbalance: the cache decides.
+    _queue(insts[0], BALANCE_ABS_REQUESTS)
+    assert choose_prefill("cache-aware", insts, req) is insts[0]
+    # A large absolute gap below the ratio (1.5x) is not imbalance either.
+    _queue(insts[0], 120)
+    _queue(insts[1], 81)
+    assert choose_prefill("cache-aware", insts, req) is insts[0]
+    _queue(insts[1], 79)
+    assert choose_prefill("cache-aware", insts, req) is insts[1]
+
+
+def test_affinity_sticks_a_session_to_one_instance():
+    insts = [prefill(i) for i in range(3)]
+    req = request(4, 100)
+    assert choose_prefill("affinity", insts, req) is insts[1]  # uid 4 mod 3
+    assert req.session.last_prefill == 1
+    _queue(insts[1], 100)
+    _cached(insts[0], req.key)
+    assert choose_prefill("affinity", insts, req) is insts[1]
+    req.session.last_prefill = 2  # the engine records where the session went
+    assert choose_prefill("affinity", insts, req) is insts[2]
+
+
+def test_least_loaded_picks_the_smallest_token_backlog():
+    insts = [prefill(i) for i in range(3)]
+    insts[0].queued_tokens = 5000
+    insts[1].queued_tokens = 3000
+    insts[2].queued_tokens = 1000
+    running = request(9, 4000)
+    running.remaining = 2500
+    insts[2].running = [running]  # backlog 3500: more than instance 1
+    req = request(1, 100)
+    assert choose_prefill("least-loaded", insts, req) is insts[1]
+    insts[0].queued_tokens = 3000
+    assert choose_prefill("least-loaded", insts, req) is insts[0]  # tie: lower index
+
+
+def _decode(index: int) -> DecodeInstance:
+    return DecodeInstance(index, HW.decode.model_copy(update={"kv_tokens": 10_000}), HW.itl_slo_s, EventLoop(),
+                          lambda r: None, lambda r: None)
+
+
+def test_decode_goes_to_the_most_free_memory_net_of_waiting_requests():
+    decs = [_decode(i) for i in range(3)]
+    assert choose_decode(decs[:1]) is decs[0]
+    assert choose_decode(decs) is decs[0]  # all equal: lowest index
+    decs[0].used = 4000
+    decs[1].used = 1000
+    decs[2].used = 999
+    assert choose_decode(decs) is decs[2]
+    decs[2].wait = [(0.0, i, request(i, 10)) for i in range(2)]  # 10000-999-2 < 10000-1000
+    assert choose_decode(decs) is decs[1]
+
+
+@pytest.mark.parametrize("router", ["cache-aware", "affinity", "least-loaded"])
+def test_routing_has_no_side_effects_on_the_caches(router):
+    insts = [prefill(i) for i in range(2)]
+    _cached(insts[0], SYS)
+    before = [(i.cache.device_used, len(list(i.cache.nodes())), i.cache.stats.queried_tokens) for i in insts]
+    choose_prefill(router, insts, request(1, 5000, key=SYS + [("new", 904)]))
+    assert [(i.cache.device_used, len(list(i.cache.nodes())), i.cache.stats.queried_tokens) for i in insts] == before
