@@ -51,7 +51,7 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -187,7 +187,7 @@ async def _load(spec: LoadSpec) -> LoadResult:
                         first = time.perf_counter()
                     tail = (tail + chunk)[-32:]
             end = time.perf_counter()
-        except asyncio.TimeoutError:
+        except TimeoutError:
             _count(res, "timeout", record)
             return
         except aiohttp.ClientError as exc:
@@ -438,7 +438,8 @@ def summarize(runs: list[dict[str, Any]], rates: list[float], paths: list[str]) 
 def skipped_row(rate: float, path: str) -> dict[str, Any]:
     """A row for a path not offered this rate because it saturated below it."""
     row: dict[str, Any] = {"rate": rate, "path": path, "repeats": 0, "ok": None, "error_frac": None,
-                           "generator_lag_p99_ms": None, "others_cores": None, "server_cpu_ms_per_call": None, "skipped": True, "saturated": True}
+                           "generator_lag_p99_ms": None, "others_cores": None, "server_cpu_ms_per_call": None,
+                           "skipped": True, "saturated": True}
     for metric in ("ttfb", "total"):
         for q in ("p50", "p99"):
             row[f"{metric}_{q}_ms"] = row[f"added_{metric}_{q}_ms"] = row[f"ratio_{metric}_{q}"] = None
@@ -490,7 +491,8 @@ def print_table(rows: list[dict[str, Any]], meta: dict[str, Any], target: dict[s
     from rich.table import Table
 
     table = Table(title=f"Latency added by the gateway (ms; medians of {meta['repeats']} runs of "
-                        f"{meta['duration_s']:g} s; {meta['tokens']} streamed chunks, {meta['prompt_chars']}-char prompt)")
+                        f"{meta['duration_s']:g} s; {meta['tokens']} streamed chunks, "
+                        f"{meta['prompt_chars']}-char prompt)")
     for col in ("rate/s", "path", "ok", "err %", "TTFB p50", "TTFB p99", "total p50", "total p99",
                 "added p50", "added p99", "x p50", "x p99", "CPU ms/call", "send lag p99", "others' cores"):
         table.add_column(col, justify="left" if col == "path" else "right", no_wrap=col == "path")
@@ -704,7 +706,7 @@ def main(argv: list[str] | None = None) -> None:
     rows.sort(key=lambda r: (r["rate"], PATHS.index(r["path"])))
     target = verdict(rows)
     meta = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "rates": rates,
         "duration_s": args.duration,
         "repeats": args.repeats,

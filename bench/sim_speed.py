@@ -79,7 +79,8 @@ def main() -> None:
         refs.append(reference_loop())
         runs.append(simulate_once(args.scenario))
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    med = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "sim_s_per_wall_s", "calls_per_s", "events_per_s")}
+    med = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "sim_s_per_wall_s", "calls_per_s",
+                                                              "events_per_s")}
     ref = statistics.median(refs)
     print(f"scenario {args.scenario} under hicache, {args.repeats} runs (medians), state {runs[0]['state']}, "
           f"{runs[0]['calls']:.0f} calls")
@@ -88,7 +89,8 @@ def main() -> None:
     print(f"  calls/s            {med['calls_per_s']:8.0f}")
     print(f"  events/s           {med['events_per_s']:8.0f}")
     print(f"  peak RSS           {peak_mb:8.0f} MB")
-    print(f"  reference heapq loop {ref / 1e6:6.2f} M events/s; simulator events/s = {med['events_per_s'] / ref:.3f} x reference")
+    print(f"  reference heapq loop {ref / 1e6:6.2f} M events/s; "
+          f"simulator events/s = {med['events_per_s'] / ref:.3f} x reference")
 
 
 if __name__ == "__main__":

@@ -34,8 +34,8 @@ from basin.workload.synthetic import (
     kept_call_count,
     load_preset_file,
     measure_targets,
-    rescale_trajectory,
     resample_gaps,
+    rescale_trajectory,
     synthesize_preset,
 )
 

@@ -11,8 +11,16 @@ from typer.testing import CliRunner
 
 from basin.cli.app import app
 from basin.errors import BasinInputError
-from basin.experiments.compare import DOC_BEGIN, DOC_END, PAPER_ORDER, ScenarioInfo, aggregate, \
-    expand_systems, fill_doc, markdown
+from basin.experiments.compare import (
+    DOC_BEGIN,
+    DOC_END,
+    PAPER_ORDER,
+    ScenarioInfo,
+    aggregate,
+    expand_systems,
+    fill_doc,
+    markdown,
+)
 from basin.policy.registry import policy_names
 
 SHORT = ["--set", "duration_min=8", "--set", "measure_end_min=6", "--set", "arrivals.base_fraction_of_critical=0.2",

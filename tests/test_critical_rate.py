@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from cli_helpers import run_basin as _run
 from basin.errors import BasinInputError
 from basin.experiments import critical_rate as cr
 from basin.experiments.critical_rate import (
@@ -18,6 +17,7 @@ from basin.experiments.critical_rate import (
     rate_grid,
     steady_scenario,
 )
+from cli_helpers import run_basin as _run
 
 
 def test_rate_grid_and_its_errors() -> None:

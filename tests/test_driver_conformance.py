@@ -11,9 +11,9 @@ context, arrival rate).
 
 from __future__ import annotations
 
-import math
 from collections import deque
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 

@@ -76,7 +76,8 @@ def violations() -> list[str]:
         part = _part(path)
         allowed = ALLOWED.get(part)
         if allowed is None:
-            out.append(f"{path.relative_to(SRC)}: part '{part}' has no layering rule; add one to tests/test_layering.py")
+            out.append(
+                f"{path.relative_to(SRC)}: part '{part}' has no layering rule; add one to tests/test_layering.py")
             continue
         for line, module in _imports(path):
             top, _, rest = module.partition(".")

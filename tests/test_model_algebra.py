@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 from basin.errors import BasinInputError
 from basin.model.dynamics import integrate
 from basin.model.equilibria import (
-    departure_peak, drain_time_min, equilibria, low_reuse_rate, stable_and_unstable, vulnerable_band,
+    departure_peak,
+    drain_time_min,
+    equilibria,
+    low_reuse_rate,
+    stable_and_unstable,
+    vulnerable_band,
 )
 from basin.model.resources import classify_limit, resource_condition
 from basin.model.throughput import smooth_min

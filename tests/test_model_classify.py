@@ -10,8 +10,16 @@ import pytest
 
 import basin.experiments.classify as classify
 from basin.experiments.classify import (
-    GridResult, GridSummary, RunCache, SimVerdict, detect_first_limit, ensure_runs, ramp_plan, ramp_scenario,
-    run_grid, run_key,
+    GridResult,
+    GridSummary,
+    RunCache,
+    SimVerdict,
+    detect_first_limit,
+    ensure_runs,
+    ramp_plan,
+    ramp_scenario,
+    run_grid,
+    run_key,
 )
 from basin.model.classify import GridPoint, default_grid, grid_model, model_limits
 from basin.model.resources import classify_limit

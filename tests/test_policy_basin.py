@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
+from basin.catalog import load_hardware
 from basin.policy.base import Admission, SessionInfo, Signals
 from basin.policy.basin import BasinParams, BasinPolicy, BasinPriorPolicy, CliffSummary
-from basin.catalog import load_hardware
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
 from basin.sim.lending import LendingConfig, LentMemory
@@ -261,7 +261,8 @@ def test_fixed_cap_when_growth_past_it_is_switched_off():
 
 def test_prior_controller_keeps_the_fixed_cap():
     # It admits by current context, already in working-set units.
-    p = BasinPriorPolicy(BasinParams(cooldown_s=10_000.0), cliff=CliffSummary(kappa=1.0, x_knee=1.9, lambda_c_per_min=5.0))
+    p = BasinPriorPolicy(BasinParams(cooldown_s=10_000.0), cliff=CliffSummary(kappa=1.0, x_knee=1.9,
+                                                                              lambda_c_per_min=5.0))
     p.control(signals(0.0, active=10, hit=0.95), [])
     assert p.on_session_arrival(info(0, 1.0), signals(1.0)) is Admission.ADMIT
     p.control(signals(5.0, active=55, hit=0.95), [])

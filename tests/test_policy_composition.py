@@ -4,7 +4,6 @@ Crossflow's borrowing, wired as one policy."""
 from __future__ import annotations
 
 import pytest
-from policy_helpers import info, signals
 
 from basin.catalog import load_hardware
 from basin.errors import BasinInputError
@@ -15,6 +14,7 @@ from basin.policy.crossflow import CrossflowParams
 from basin.policy.params import PolicyParamError
 from basin.policy.registry import policy_class
 from basin.policy.thunderagent import ThunderAgentParams
+from policy_helpers import info, signals
 
 H200_COSTS = ReloadCosts.from_prefill(load_hardware("h200").prefill)
 
@@ -43,7 +43,8 @@ def test_params_nest_the_parts_and_refuse_bad_values_naming_the_field():
         CompositionParams.from_mapping({"crossflow": {"margin": 1.5}})
     with pytest.raises(PolicyParamError, match="policy 'thunderagent', parameter 'capacity'"):
         CompositionParams.from_mapping({"thunderagent": {"capacity": "host"}})
-    with pytest.raises(PolicyParamError, match="policy 'crossflow', parameter 'lease': unknown; known parameters: margin"):
+    with pytest.raises(PolicyParamError,
+                       match="policy 'crossflow', parameter 'lease': unknown; known parameters: margin"):
         CompositionParams.from_mapping({"crossflow": {"lease": 3}})
     with pytest.raises(PolicyParamError, match="parameter 'margin': unknown; known parameters: thunderagent"):
         CompositionParams.from_mapping({"margin": 0.1})

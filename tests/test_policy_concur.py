@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from policy_helpers import info, signals
 
 from basin.policy.base import Admission, EngineNeeds
 from basin.policy.concur import ConcurParams, ConcurPolicy
 from basin.policy.params import PolicyParamError
 from basin.policy.registry import policy_class
+from policy_helpers import info, signals
 
 
 def _policy(window: float, agents: int = 0, **kw) -> ConcurPolicy:

@@ -4,7 +4,6 @@ instance's youngest-program retraction under ordered queues."""
 from __future__ import annotations
 
 import pytest
-from policy_helpers import info, signals
 
 from basin.catalog import load_hardware
 from basin.errors import BasinInputError
@@ -15,6 +14,7 @@ from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
 from basin.sim.sessions import Request, SessionState
 from basin.workload.records import Call, Session
+from policy_helpers import info, signals
 
 #: The prefill costs the utility rule used to take as constructor defaults.
 H200_COSTS = ReloadCosts.from_prefill(load_hardware("h200").prefill)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_sim_engine import CheckedSimulator, config, make_arrivals, make_sessions
 
 from basin.catalog import load_hardware
 from basin.policy.base import BorrowSettings
@@ -19,6 +18,7 @@ from basin.sim.events import EventLoop
 from basin.sim.prefill import PrefillInstance
 from basin.sim.sessions import Request, SessionState
 from basin.workload.records import Call, Session
+from test_sim_engine import CheckedSimulator, config, make_arrivals, make_sessions
 
 HW = load_hardware("h200")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from policy_helpers import info, signals
 
 from basin.policy.base import Admission, EngineNeeds
 from basin.policy.params import PolicyParamError
@@ -16,6 +15,7 @@ from basin.policy.thunderagent import (
     ThunderAgentPolicy,
     best_fit_decreasing,
 )
+from policy_helpers import info, signals
 
 # Capacity in these tests: max(gpu 100K, host 200K) = 200K tokens.
 

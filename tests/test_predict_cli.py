@@ -8,12 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import run_basin as _run
 from basin.predict.peak import RidgePeakPredictor
 from basin.workload.io import write_workload
 from basin.workload.records import Call, Session, Workload
-
-
+from cli_helpers import run_basin as _run
 
 
 @pytest.fixture

@@ -12,8 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli_helpers import run_basin as _run
-from basin.errors import BasinInputError
 from basin.catalog import cliff_profiles as prof_mod
 from basin.catalog.cliff_profiles import (
     CliffProfile,
@@ -25,9 +23,11 @@ from basin.catalog.cliff_profiles import (
     profile_from_dict,
     save_profile,
 )
+from basin.errors import BasinInputError
 from basin.experiments import ramp as ramp_mod
 from basin.experiments.ramp import LoadRamp, default_ramp, profile_deployment, profile_scenario
 from basin.predict.cliff import X_KNEE, fit_kappa, lower_quartile, reference_hit, reference_shape
+from cli_helpers import run_basin as _run
 
 
 def _ramp_like_points(kappa: float, rng: np.random.Generator, noise: float = 0.03,
@@ -117,7 +117,8 @@ def _handmade_profile() -> CliffProfile:
                 healthy_step_rate_per_min=4.0, step_rate_per_min=ramp.rates(),
                 step_arrivals_per_min=(2.25, 4.0, 7.5), step_completions_per_min=(2.0, 3.75, 1.5),
                 step_active_sessions=(14.5, 30.25, 120.0), step_hit_rate=(0.95, 0.9, 0.1),
-                step_working_set_ratio=(0.4, 1.1, 3.2), points_x=(0.4, 0.5, 1.1, 3.2), points_hit=(0.95, 0.94, 0.9, 0.1))
+                step_working_set_ratio=(0.4, 1.1, 3.2), points_x=(0.4, 0.5, 1.1, 3.2), points_hit=(0.95, 0.94, 0.9,
+                                                                                                   0.1))
         for s, k, lam in ((0, 1.1, 4.5), (1, 0.9, 3.75), (2, 1.25, 4.25)))
     kappas = tuple(r.kappa for r in runs)
     return CliffProfile(

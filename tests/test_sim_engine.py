@@ -7,16 +7,16 @@ import math
 import numpy as np
 import pytest
 
+from basin.catalog import load_deployment, load_hardware
 from basin.policy.base import Admission, ControlDecision, Policy
 from basin.policy.hicache import HiCachePolicy
 from basin.sim.cache import RadixCache
-from basin.catalog import load_deployment, load_hardware
 from basin.sim.decode import DecodeInstance
 from basin.sim.engine import Intervention, SimConfig, Simulator
-from basin.workload.arrivals import SessionArrival
 from basin.sim.events import EventLoop
 from basin.sim.prefill import PrefillInstance
 from basin.sim.sessions import Request, SessionState
+from basin.workload.arrivals import SessionArrival
 from basin.workload.records import Call, Session
 
 

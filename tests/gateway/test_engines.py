@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import math
 import socket
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import aiohttp
 import pytest

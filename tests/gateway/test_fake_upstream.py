@@ -17,7 +17,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-
 from tests.support.fake_upstream import FakeUpstream, FakeUpstreamConfig, count_tokens
 
 #: Where ``python -m tests.support.fake_upstream`` resolves.
@@ -265,7 +264,8 @@ def test_session_key_is_body_then_routing_header_then_first_message() -> None:
         await post(s, url, chat_body("shared task"), headers={"X-SMG-Routing-Key": "by-header"})
         await post(s, url, chat_body("shared task"))
         assert up.cached_sessions == ["by-body", "by-header", "shared task"]
-        out = await post(s, url, chat_body("shared task", "x", session_id="by-body"), headers={"X-SMG-Routing-Key": "other"})
+        out = await post(s, url, chat_body("shared task", "x", session_id="by-body"),
+                         headers={"X-SMG-Routing-Key": "other"})
         assert out["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
         assert "other" not in up.cached_sessions
 
@@ -320,7 +320,8 @@ def test_hang_holds_calls_as_queued_until_stop_drops_them() -> None:
         async with aiohttp.ClientSession() as s:
             held = asyncio.ensure_future(held_call(s, url))
             with pytest.raises(asyncio.TimeoutError):
-                async with s.post(url + "/v1/chat/completions", json=chat_body("hi"), timeout=aiohttp.ClientTimeout(total=0.3)):
+                async with s.post(url + "/v1/chat/completions", json=chat_body("hi"),
+                                  timeout=aiohttp.ClientTimeout(total=0.3)):
                     pass
             assert not held.done()
             await asyncio.sleep(0.05)  # the timed-out call's disconnect reaches the server
@@ -371,7 +372,8 @@ def test_vllm_metrics_count_hits_and_queries_in_tokens() -> None:
         a = await post(s, url, chat_body("vllm task " * 10, session_id="v"))
         b = await post(s, url, chat_body("vllm task " * 10, "ans", session_id="v"))
         text = await scrape(s, url)
-        assert metric(text, "vllm:prefix_cache_queries_total") == a["usage"]["prompt_tokens"] + b["usage"]["prompt_tokens"]
+        assert metric(text,
+                      "vllm:prefix_cache_queries_total") == a["usage"]["prompt_tokens"] + b["usage"]["prompt_tokens"]
         assert metric(text, "vllm:prefix_cache_hits_total") == b["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
         assert "# TYPE vllm:prefix_cache_hits counter" in text
         assert metric(text, "vllm:num_requests_running") == 0

@@ -4,11 +4,11 @@ refuses, at start, those that need a mechanism only an engine provides."""
 from __future__ import annotations
 
 import pytest
-from cli_helpers import run_basin
 
 from basin.errors import BasinInputError
 from basin.gateway.config import GatewayConfig
 from basin.gateway.server import build_policy, gateway_policies
+from cli_helpers import run_basin
 
 UPSTREAM = "http://127.0.0.1:9"
 

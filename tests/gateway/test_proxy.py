@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
 
 import aiohttp
 import pytest
+from tests.support.fake_upstream import FakeUpstream, FakeUpstreamConfig
 
 from basin.gateway.config import GatewayConfig
 from basin.gateway.server import GatewayServer
 from basin.gateway.sessions import SessionState
 from basin.policy.base import Admission, ControlDecision, Policy
-from tests.support.fake_upstream import FakeUpstream, FakeUpstreamConfig
 
 TOKEN = "test-admin-token-0123456789"
 
@@ -255,7 +255,8 @@ def test_parked_stream_gets_keepalives_then_the_answer():
 
 def test_shed_sessions_get_503_with_retry_after_and_a_reason():
     async def go():
-        async with stack(policy_obj=QueuePolicy(admit_first=5, shed=("x",)), retry_after_s=42) as (fake, server, client):
+        async with stack(policy_obj=QueuePolicy(admit_first=5, shed=("x",)), retry_after_s=42) as (fake, server,
+                                                                                                   client):
             async with client.post(server.url + "/v1/chat/completions", json=chat("x")) as r:
                 assert r.status == 503 and r.headers["Retry-After"] == "42"
                 err = (await r.json())["error"]

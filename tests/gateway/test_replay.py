@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from tests.support.fake_upstream import FakeUpstream, FakeUpstreamConfig
 
 from basin.errors import BasinInputError
 from basin.gateway.config import GatewayConfig
 from basin.gateway.replay import ReplaySettings, SessionConversation, replay, schedule_sessions
 from basin.gateway.server import GatewayServer
 from basin.workload.records import Call, Session
-from tests.support.fake_upstream import FakeUpstream, FakeUpstreamConfig
 
 from .test_proxy import QueuePolicy
 

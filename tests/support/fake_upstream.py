@@ -56,7 +56,8 @@ class FakeUpstreamConfig:
         if self.cache_slots < 0:
             raise ValueError("cache_slots must be non-negative")
         if self.fail_mode not in (None, "die_mid_stream", "hang") and not _STATUS_MODE.match(self.fail_mode):
-            raise ValueError(f"fail_mode must be None, 'die_mid_stream', 'hang' or 'status:NNN', got {self.fail_mode!r}")
+            raise ValueError(
+                f"fail_mode must be None, 'die_mid_stream', 'hang' or 'status:NNN', got {self.fail_mode!r}")
 
 
 def count_tokens(text: str) -> int:
@@ -126,7 +127,8 @@ class _Counters:
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
     """An OpenAI-style error body, as real servers send it."""
     headers = {"Retry-After": "1"} if status in (429, 503) else None
-    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status, headers=headers)
+    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status,
+                             headers=headers)
 
 
 class FakeUpstream:
@@ -376,29 +378,43 @@ class FakeUpstream:
         out: list[str] = []
         if engine == "llamacpp":
             # llama.cpp's prompt counter excludes tokens reused from the cache.
-            _family(out, "llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.", c.prompt_tokens - c.cached_tokens)
-            _family(out, "llamacpp:prompt_tokens_cached_total", "counter", "Number of prompt tokens reused from cache.", c.cached_tokens)
-            _family(out, "llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.", c.completion_tokens)
+            _family(out, "llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.",
+                    c.prompt_tokens - c.cached_tokens)
+            _family(out, "llamacpp:prompt_tokens_cached_total", "counter", "Number of prompt tokens reused from cache.",
+                    c.cached_tokens)
+            _family(out, "llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.",
+                    c.completion_tokens)
             _family(out, "llamacpp:requests_processing", "gauge", "Number of requests processing.", c.running)
             _family(out, "llamacpp:requests_deferred", "gauge", "Number of requests deferred.", c.waiting)
         elif engine == "sglang":
             lab = f'{{model_name="{MODEL_ID}"}}'
-            _family(out, "sglang:prompt_tokens", "counter", "Number of prefill tokens processed.", c.prompt_tokens, lab, "_total")
-            _family(out, "sglang:cached_tokens", "counter", "Number of cached prompt tokens.", c.cached_tokens, lab, "_total")
-            _family(out, "sglang:generation_tokens", "counter", "Number of generation tokens processed.", c.completion_tokens, lab, "_total")
+            _family(out, "sglang:prompt_tokens", "counter", "Number of prefill tokens processed.", c.prompt_tokens, lab,
+                    "_total")
+            _family(out, "sglang:cached_tokens", "counter", "Number of cached prompt tokens.", c.cached_tokens, lab,
+                    "_total")
+            _family(out, "sglang:generation_tokens", "counter", "Number of generation tokens processed.",
+                    c.completion_tokens, lab, "_total")
             _family(out, "sglang:num_running_reqs", "gauge", "The number of running requests.", c.running, lab)
-            _family(out, "sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", c.waiting, lab)
+            _family(out, "sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", c.waiting,
+                    lab)
             _family(out, "sglang:token_usage", "gauge", "The token usage.", usage, lab)
             _family(out, "sglang:cache_hit_rate", "gauge", "The prefix cache hit rate.", c.scrape_hit_rate(), lab)
-            _family(out, "sglang:max_total_num_tokens", "gauge", "Maximum total number of tokens in the KV pool.", capacity, lab)
+            _family(out, "sglang:max_total_num_tokens", "gauge", "Maximum total number of tokens in the KV pool.",
+                    capacity, lab)
         elif engine == "vllm":
             lab = f'{{engine="0",model_name="{MODEL_ID}"}}'
-            _family(out, "vllm:prefix_cache_queries", "counter", "Prefix cache queries, in tokens.", c.prompt_tokens, lab, "_total")
-            _family(out, "vllm:prefix_cache_hits", "counter", "Prefix cache hits, in tokens.", c.cached_tokens, lab, "_total")
-            _family(out, "vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", c.prompt_tokens, lab, "_total")
-            _family(out, "vllm:generation_tokens", "counter", "Number of generation tokens processed.", c.completion_tokens, lab, "_total")
-            _family(out, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", c.running, lab)
-            _family(out, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", c.waiting, lab)
+            _family(out, "vllm:prefix_cache_queries", "counter", "Prefix cache queries, in tokens.", c.prompt_tokens,
+                    lab, "_total")
+            _family(out, "vllm:prefix_cache_hits", "counter", "Prefix cache hits, in tokens.", c.cached_tokens, lab,
+                    "_total")
+            _family(out, "vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", c.prompt_tokens, lab,
+                    "_total")
+            _family(out, "vllm:generation_tokens", "counter", "Number of generation tokens processed.",
+                    c.completion_tokens, lab, "_total")
+            _family(out, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+                    c.running, lab)
+            _family(out, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", c.waiting,
+                    lab)
             _family(out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", usage, lab)
         return "\n".join(out) + "\n"
 
@@ -433,7 +449,8 @@ class _Call:
         """llama.cpp's per-response timings: cache_n reused, prompt_n computed."""
         return {"cache_n": self.cached, "prompt_n": self.prompt_tokens - self.cached, "predicted_n": self.n_tokens}
 
-    def chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None, timings: dict[str, Any] | None) -> dict[str, Any]:
+    def chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None,
+              timings: dict[str, Any] | None) -> dict[str, Any]:
         out: dict[str, Any] = {
             "id": self.rid,
             "object": "chat.completion.chunk" if self.chat else "text_completion",

@@ -110,7 +110,7 @@ def check_number(name: str, value: object, *, minimum: float | None = None, stri
                  maximum: float | None = None, fix: str = "") -> float:
     """``value`` as a finite float within the bounds, or an error naming ``name``."""
     ok = not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating)) \
-        and math.isfinite(float(value))  # type: ignore[arg-type]
+        and math.isfinite(float(value))
     if ok and minimum is not None:
         ok = float(value) > minimum if strict else float(value) >= minimum  # type: ignore[arg-type]
     if ok and maximum is not None:
@@ -195,7 +195,8 @@ class RampSettings:
         settle = check_whole("ramp settle_min (--settle-min)", self.settle_min, 0)
         if settle > step - window:
             raise BasinInputError(
-                f"ramp settle_min (--settle-min): {settle} leaves less than one {window}-minute window of a {step}-minute "
+                f"ramp settle_min (--settle-min): {settle} leaves less than one {window}-minute window of a "
+                f"{step}-minute "
                 f"step; use a settle time of at most {step - window} minutes or longer steps")
         check_whole("ramp warm_sessions", self.warm_sessions, 0)
         if self.workload_sessions is not None:
@@ -425,7 +426,8 @@ def _profile_file(path_or_name: str | os.PathLike[str]) -> Path:
     path = Path(path_or_name)
     if path.suffix.lower() in (".yaml", ".yml", ".json"):
         if not path.is_file():
-            raise BasinInputError(f"{path}: profile file not found; write it with `basin profile DEPLOYMENT --out {path}`")
+            raise BasinInputError(
+                f"{path}: profile file not found; write it with `basin profile DEPLOYMENT --out {path}`")
         return path
     for suffix in (".yaml", ".json"):
         candidate = BASIN_PROFILE_DIR / f"{path_or_name}{suffix}"

@@ -3,11 +3,16 @@ from ``profiles/hardware/`` (the one source of truth for them)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, overload
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from basin.catalog.files import named_file
 from basin.errors import BasinInputError
 from basin.yamlfile import load_yaml, validation_message
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class _Frozen(BaseModel):
@@ -24,7 +29,13 @@ class PrefillProfile(_Frozen):
     load_threshold_tokens: int = Field(ge=0)
     state_slots: int | None = Field(default=None, gt=0)
 
-    def tokens_cost_s(self, n_tokens: int, start_position: int) -> float:
+    @overload
+    def tokens_cost_s(self, n_tokens: float, start_position: float) -> float: ...
+
+    @overload
+    def tokens_cost_s(self, n_tokens: np.ndarray, start_position: float | np.ndarray) -> np.ndarray: ...
+
+    def tokens_cost_s(self, n_tokens: float | np.ndarray, start_position: float | np.ndarray) -> float | np.ndarray:
         """Compute time of ``n_tokens`` new tokens placed after ``start_position``
         earlier tokens (attention cost grows with position)."""
         return n_tokens * (1.0 / self.linear_tokens_per_s
@@ -43,14 +54,20 @@ class DecodeProfile(_Frozen):
     expert_saturation_batch: int | None = Field(default=None, gt=0)
     step_per_request_beyond_s: float = Field(default=0.0, ge=0)
 
-    def batch_s(self, batch: int) -> float:
+    def batch_s(self, batch: float) -> float:
         """Step cost of the batch apart from its context: weights and per-request work."""
         sat = self.expert_saturation_batch
         if sat is None or batch <= sat:
             return self.step_base_s + self.step_per_request_s * batch
         return self.step_base_s + self.step_per_request_s * sat + self.step_per_request_beyond_s * (batch - sat)
 
-    def step_s(self, batch: int, context_tokens: int) -> float:
+    @overload
+    def step_s(self, batch: float, context_tokens: float) -> float: ...
+
+    @overload
+    def step_s(self, batch: float, context_tokens: np.ndarray) -> np.ndarray: ...
+
+    def step_s(self, batch: float, context_tokens: float | np.ndarray) -> float | np.ndarray:
         return self.batch_s(batch) + self.step_per_context_token_s * context_tokens
 
 

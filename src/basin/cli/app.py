@@ -21,8 +21,7 @@ _err = Console(stderr=True)
 
 
 def _register() -> None:
-    from basin.cli import cache, run, workload
-    from basin.cli import predict
+    from basin.cli import cache, predict, run, workload
 
     app.add_typer(workload.app, name="workload")
     app.add_typer(cache.app, name="cache")

@@ -40,8 +40,15 @@ def compare(
 
     Example: basin compare main-1p3d-x5 main-1p1d-x5 --system all --doc docs/results.md
     """
-    from basin.experiments.compare import expand_systems, fill_doc, markdown, plot_bins, plot_compare, \
-        row_dicts, run_compare
+    from basin.experiments.compare import (
+        expand_systems,
+        fill_doc,
+        markdown,
+        plot_bins,
+        plot_compare,
+        row_dicts,
+        run_compare,
+    )
     from basin.experiments.scenario import load_scenario
 
     overrides = list(set_ or [])

@@ -9,19 +9,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from basin.errors import BasinInputError
+from basin.cli.options import parse_seeds
 
 _err = Console(stderr=True)
-
-
-def _seeds(text: str) -> tuple[int, ...]:
-    try:
-        seeds = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        raise BasinInputError(f"--seeds '{text}': expected comma-separated whole numbers, e.g. 0,1,2") from None
-    if not seeds:
-        raise BasinInputError("--seeds: give at least one seed, e.g. --seeds 0,1,2")
-    return seeds
 
 
 def critical_rate(
@@ -52,7 +42,7 @@ def critical_rate(
 
     from basin.experiments.critical_rate import find_critical_rate, rate_grid
 
-    seed_list = _seeds(seeds)
+    seed_list = parse_seeds(seeds)
     total = len(rate_grid(low, high, step)) * len(seed_list)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=_err, transient=as_json, auto_refresh=False) as bar:

@@ -6,8 +6,9 @@ import asyncio
 import json
 import logging
 import os
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -67,15 +68,15 @@ def gateway(
     if not isinstance(level, int):
         raise BasinInputError(f"--log-level {log_level!r}: use debug, info, warning or error")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    policy = build_policy(cfg)  # refused here, before anything listens, if a gateway cannot run it
+    gateway_policy = build_policy(cfg)  # refused here, before anything listens, if a gateway cannot run it
     try:
         import uvloop  # the faster event loop where it exists: the gateway is on every call's path
 
-        run_loop = uvloop.run
+        run_loop: Callable[[Coroutine[Any, Any, None]], None] = uvloop.run
     except ImportError:
         run_loop = asyncio.run
     try:
-        run_loop(serve_forever(cfg, policy))
+        run_loop(serve_forever(cfg, gateway_policy))
     except KeyboardInterrupt:
         pass
     except OSError as exc:

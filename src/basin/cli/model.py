@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from basin.cli.options import parse_seeds
 from basin.errors import BasinInputError
 
 app = typer.Typer(help="The fluid model: departure curve, tipping points, trap or recovery, "
@@ -39,10 +40,10 @@ def _resolve(scenario: Optional[str], set_: Optional[list[str]], deployment: Opt
              surge_factor: Optional[float], surge_start: float, surge_end: float, duration: Optional[float],
              n0: Optional[float]) -> _Inputs:
     """Deployment, workload and arrivals from flags or from a scenario file."""
+    from basin.experiments.runner import base_rate_per_min, schedule_for
     from basin.model.curves import named_curve
     from basin.model.params import WorkloadInput, derive_params, load_workload, resolve_deployment
     from basin.model.throughput import FluidModel
-    from basin.experiments.runner import base_rate_per_min, schedule_for
     from basin.workload.arrivals import PoissonSchedule, Surge
 
     hit_curve = named_curve(curve)
@@ -234,7 +235,8 @@ def plot_cmd(
     _err.print(f"wrote {path}")
     if trajectories is not None:
         if not result.trajectories:
-            raise BasinInputError("--trajectories needs an arrival schedule: give --scenario or --rate with --surge-factor")
+            raise BasinInputError(
+                "--trajectories needs an arrival schedule: give --scenario or --rate with --surge-factor")
         _err.print(f"wrote {plot_trajectories(result.trajectories, trajectories, title=f'{inp.title}: population')}")
 
 
@@ -268,7 +270,7 @@ def classify_cmd(
     from basin.model.classify import default_grid
     from basin.model.curves import named_curve
 
-    seed_list = _seeds(seeds)
+    seed_list = parse_seeds(seeds)
     hit_curve = named_curve(curve)
     points = default_grid()
     if only:
@@ -341,16 +343,6 @@ def classify_cmd(
                   f"{data['elapsed_s']:.0f} s; runs cached in {directory}")
 
 
-def _seeds(text: str) -> tuple[int, ...]:
-    try:
-        seeds = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        raise BasinInputError(f"--seeds '{text}': expected comma-separated whole numbers, e.g. 0,1,2") from None
-    if not seeds:
-        raise BasinInputError("--seeds: give at least one seed, e.g. --seeds 0")
-    return seeds
-
-
 # ---------------------------------------------------------------- fit-curve
 @app.command("fit-curve")
 def fit_curve_cmd(
@@ -372,10 +364,10 @@ def fit_curve_cmd(
 
     from basin.experiments.classify import profile_hit_curve
     from basin.model.curves import SIMULATOR_TABLE, simulator_curve
-    from basin.model.hitcurve import PaperHitCurve
+    from basin.model.hitcurve import HitCurve, PaperHitCurve
     from basin.model.plots import plot_hit_curves
 
-    seed_list = _seeds(seeds)
+    seed_list = parse_seeds(seeds)
     try:
         factor_list = tuple(float(f) for f in factors.split(",") if f.strip())
     except ValueError:
@@ -389,7 +381,7 @@ def fit_curve_cmd(
         table.to_csv(out)
         _err.print(f"wrote {out}")
     if plot is not None:
-        curves = [PaperHitCurve(), simulator_curve()]
+        curves: list[HitCurve] = [PaperHitCurve(), simulator_curve()]
         names = ["paper shape (default)", "simulator (basin.model.curves)"]
         shipped = [(round(x, 3), round(h, 3)) for x, h in SIMULATOR_TABLE]
         if [(round(x, 3), round(h, 3)) for x, h in zip(table.ratios, table.hit_rates)] != shipped:

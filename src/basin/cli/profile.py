@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -64,7 +64,7 @@ def profile(
     if out is not None and out.suffix.lower() not in (".yaml", ".yml", ".json"):
         raise BasinInputError(f"--out {out}: a profile file ends in .yaml, .yml or .json")
     dep = override_deployment(deployment, router, host_ratio)
-    overrides = {name: value for name, value in (
+    overrides: dict[str, Any] = {name: value for name, value in (
         ("start_per_min", start_rate), ("end_per_min", end_rate), ("steps", steps),
         ("step_min", step_min), ("settle_min", settle_min)) if value is not None}
     ramp = default_ramp(dep, workload, seed=seed, **overrides)

@@ -36,7 +36,8 @@ def replay(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from basin.errors import BasinInputError
-    from basin.gateway.replay import ReplaySettings, replay as run_replay, schedule_sessions, write_calls
+    from basin.gateway.replay import ReplaySettings, schedule_sessions, write_calls
+    from basin.gateway.replay import replay as run_replay
     from basin.jsonvalues import json_values
 
     if sessions is not None and sessions <= 0:

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 _err = Console(stderr=True)
@@ -33,11 +33,11 @@ def run(
 
     Example: basin run trap-1p1d --set surge.factor=2.0 --system hicache
     """
+    from basin.errors import BasinInputError
     from basin.experiments.plots import plot_cliff, plot_run_timeseries
     from basin.experiments.runner import run_scenario
     from basin.experiments.scenario import load_scenario
     from basin.metrics.io import write_run
-    from basin.errors import BasinInputError
     from basin.policy.registry import policy_names
 
     overrides = list(set_ or [])
@@ -56,7 +56,11 @@ def run(
                   TimeElapsedColumn(), console=_err, transient=as_json) as progress:
         for name in systems:
             task = progress.add_task(f"{sc.name} / {name}", total=sc.duration_min * 60.0)
-            runs.append(run_scenario(sc, name, lambda t, task=task: progress.update(task, completed=t)))
+
+            def on_progress(t: float, task: TaskID = task) -> None:
+                progress.update(task, completed=t)
+
+            runs.append(run_scenario(sc, name, on_progress))
             progress.update(task, completed=sc.duration_min * 60.0)
     for r in runs:
         write_run(out_dir / r.system, r.result.calls, r.result.sessions, r.result.timeseries, r.summary)

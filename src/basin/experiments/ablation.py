@@ -5,8 +5,8 @@ scenario."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from basin.errors import BasinInputError
 from basin.experiments.pool import run_jobs

@@ -56,10 +56,11 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -242,7 +243,8 @@ class RunCache:
     def put(self, key: str, timeseries: dict[str, np.ndarray]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.directory / f".{key}.{os.getpid()}.tmp.npz"
-        np.savez_compressed(tmp, **timeseries)
+        # cast: the stubs would match a ``**`` mapping against ``allow_pickle: bool``
+        np.savez_compressed(tmp, **cast(dict[str, Any], timeseries))
         os.replace(tmp, self.path(key))
 
 

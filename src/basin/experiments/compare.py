@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -171,7 +171,8 @@ def _nanmean(values: list[float]) -> float:
     return float(np.mean(finite)) if finite else math.nan
 
 
-def aggregate(results: list[dict[str, object]], infos: dict[str, ScenarioInfo], systems: Sequence[str]) -> list[CompareRow]:
+def aggregate(results: list[dict[str, object]], infos: dict[str, ScenarioInfo],
+              systems: Sequence[str]) -> list[CompareRow]:
     """Rows per (scenario, system), averaged over seeds, with the relative figures."""
     rows: list[CompareRow] = []
     for sc, info in infos.items():
@@ -190,11 +191,11 @@ def aggregate(results: list[dict[str, object]], infos: dict[str, ScenarioInfo], 
                              _nanmean([r["bins"][b][2] for r in runs])))  # type: ignore[index]
             rows.append(CompareRow(
                 scenario=sc, system=system, shape=info.shape, kind=info.kind,
-                seeds=tuple(int(r["seed"]) for r in runs),  # type: ignore[arg-type]
+                seeds=tuple(int(r["seed"]) for r in runs),  # type: ignore[call-overload]
                 state=max(set(states), key=states.count) if len(set(states)) == 1 else "/".join(states),
                 goodput_by_seed=tuple(float(r["goodput_per_h"]) for r in runs),  # type: ignore[arg-type]
                 state_by_seed=states,
-                borrowed_tokens=int(np.mean([int(r["borrowed_tokens"]) for r in runs])),  # type: ignore[arg-type]
+                borrowed_tokens=int(np.mean([int(r["borrowed_tokens"]) for r in runs])),  # type: ignore[call-overload]
                 bins=bins, **means,
             ))
     for sc in infos:
@@ -324,7 +325,7 @@ def plot_compare(rows: Sequence[CompareRow], out_png: str | os.PathLike[str]) ->
     colors = {shape: f"C{i}" for i, shape in enumerate(shapes)}
     for ax, attr, worst in ((ax_g, "goodput_pct_of_best", min), (ax_s, "slowdown_pct_of_lowest", max)):
         bars = []
-        for j, system in enumerate(systems):
+        for _, system in enumerate(systems):
             vals = [getattr(r, attr) for r in rows if r.system == system and not math.isnan(getattr(r, attr))]
             bars.append(worst(vals) if vals else np.nan)
         ax.bar(x, bars, 0.7, color="0.88", edgecolor="0.6", zorder=1)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
 Job = TypeVar("Job")
 Result = TypeVar("Result")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
+from basin.catalog import Deployment, load_deployment, load_hardware, require_critical_rate, with_host_ratio
 from basin.errors import BasinInputError
 from basin.experiments.scenario import Scenario, WorkloadSpec
 from basin.metrics.summary import RunSummary, summarize_run
-from basin.catalog import Deployment, load_deployment, load_hardware, require_critical_rate, with_host_ratio
 from basin.sim.engine import Intervention, RunResult, SimConfig, Simulator, switch_refusal
 from basin.systems import RunContext, build_policy
 from basin.workload.arrivals import PoissonSchedule, RateChange, Surge, draw_arrivals
@@ -65,7 +65,7 @@ def schedule_for(scenario: Scenario, base: float) -> PoissonSchedule:
     changes += [RateChange(at_min=iv.at_min, per_min=iv.set_rate_per_min)
                 for iv in scenario.interventions if iv.set_rate_per_min is not None]
     changes.sort(key=lambda c: c.at_min)
-    return PoissonSchedule(base_per_min=base, surges=surges, rate_changes=changes)
+    return PoissonSchedule(base_per_min=base, surges=tuple(surges), rate_changes=tuple(changes))
 
 
 def run_scenario(scenario: Scenario, system: str | None = None,

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from basin.errors import BasinInputError
+from basin.gateway.adapters import EngineName  # the engine registry's names
 from basin.yamlfile import load_yaml, validation_message
 
-from basin.gateway.adapters import EngineName  # the engine registry's names
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
 
@@ -77,7 +77,7 @@ class GatewayConfig(BaseModel):
                          "(e.g. growth:1.5) or ridge:FILE (a model from `basin predict fit --out FILE`)")
 
     @model_validator(mode="after")
-    def _metrics_need_an_engine(self) -> "GatewayConfig":
+    def _metrics_need_an_engine(self) -> GatewayConfig:
         if self.engine == "openai" and (self.metrics_urls or self.decode_metrics_urls):
             raise ValueError("engine 'openai' has no metrics mapping; name the engine (sglang, vllm, llamacpp) "
                              "to scrape its metrics, or drop metrics_urls")

@@ -18,8 +18,8 @@ from typing import Protocol
 
 from basin.catalog import effective_cache_tokens
 from basin.gateway.config import GatewayConfig
-from basin.gateway.snapshot import EngineSnapshot
 from basin.gateway.sessions import GatewaySession, SessionState, SessionTable
+from basin.gateway.snapshot import EngineSnapshot
 from basin.gateway.usage import CallUsage
 from basin.jsonvalues import json_values
 from basin.policy.base import Admission, Policy, SessionInfo, Signals
@@ -38,15 +38,18 @@ class Waiter(Protocol):
 
     def done(self) -> bool: ...
 
-    def set_result(self, result: object) -> None: ...
+    def set_result(self, result: SessionState, /) -> None: ...
 
 
 class EngineView(Protocol):
     """The latest engine scrape, its age, and the last cache capacity any
     scrape reported (the merged metrics pollers)."""
 
-    latest: EngineSnapshot | None
-    capacity_tokens: int | None
+    @property
+    def latest(self) -> EngineSnapshot | None: ...
+
+    @property
+    def capacity_tokens(self) -> int | None: ...
 
     def stale_s(self, now_s: float) -> float: ...
 
@@ -262,7 +265,7 @@ class Gate:
         sig = self.last_signals
         policy_state = getattr(self.policy, "state", None)
         detail: dict[str, object] = {}
-        if policy_state is not None and dataclasses.is_dataclass(policy_state):
+        if dataclasses.is_dataclass(policy_state) and not isinstance(policy_state, type):
             detail = json_values(dataclasses.asdict(policy_state), nonfinite="string")
         cliff = getattr(self.policy, "cliff", None)
         return {
@@ -278,5 +281,5 @@ class Gate:
             "controller": detail,
             "params": json_values(self.policy.params.as_dict(), nonfinite="string"),
             "cliff": json_values(dataclasses.asdict(cliff), nonfinite="string")
-            if cliff is not None and dataclasses.is_dataclass(cliff) else None,
+            if dataclasses.is_dataclass(cliff) and not isinstance(cliff, type) else None,
         }

@@ -14,8 +14,9 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -202,7 +203,7 @@ class Proxy:
                                        allow_redirects=False) as up:
                 data = await up.read()
                 return web.Response(status=up.status, body=data, headers=self._returned(up))
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return self._upstream_down(exc)
 
     # ------------------------------------------------------------ holding
@@ -224,7 +225,7 @@ class Proxy:
                 try:
                     verdict = await asyncio.wait_for(asyncio.shield(waiter), self.config.keepalive_s)
                     return response, verdict
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     await response.write(b": waiting for admission\n\n")
         except BaseException:
             self.gate.abandon(sess, waiter, self.clock())
@@ -266,7 +267,7 @@ class Proxy:
             try:
                 up = await self.client.post(url, data=json.dumps(body).encode(), headers=headers,
                                             allow_redirects=False)
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 self.telemetry.calls.labels("upstream_down").inc()
                 if response is not None:
                     await response.write(sse_error(502, "upstream_unavailable", self._down_message(exc)))
@@ -279,7 +280,7 @@ class Proxy:
                 try:
                     data = await up.read()
                     self.gate.answering(sess, call.prompt_tokens)
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                     self.telemetry.calls.labels("upstream_broke").inc()
                     message = f"the upstream failed while answering ({type(exc).__name__}: {exc})"
                     if response is not None:
@@ -334,7 +335,7 @@ class Proxy:
                     self.telemetry.calls.labels("client_gone").inc()
                     raise
                 tail = (tail + chunk)[-_STREAM_TAIL_BYTES:]
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             self.telemetry.calls.labels("upstream_broke").inc()
             await response.write(sse_error(502, "upstream_failed",
                                            f"the upstream stream broke ({type(exc).__name__}: {exc})"))

@@ -18,9 +18,9 @@ import asyncio
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import aiohttp
 import numpy as np
@@ -152,7 +152,7 @@ async def _call(client: aiohttp.ClientSession, cfg: ReplaySettings, sid: str, in
                     first = time.monotonic() - origin
                 tail = (tail + chunk)[-16384:]
             status = r.status
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+    except (TimeoutError, aiohttp.ClientError, OSError):
         now = time.monotonic() - origin
         return ReplayCall(sid, index, sent, now, now, 0, 0, 0, 0, "error")
     done = time.monotonic() - origin

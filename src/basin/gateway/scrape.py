@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import aiohttp
 
@@ -40,7 +40,7 @@ class EngineMetrics:
 
     @classmethod
     def build(cls, engine: str, session: aiohttp.ClientSession, metrics_urls: Sequence[str],
-              decode_metrics_urls: Sequence[str], interval_s: float, clock: Callable[[], float]) -> "EngineMetrics":
+              decode_metrics_urls: Sequence[str], interval_s: float, clock: Callable[[], float]) -> EngineMetrics:
         def poller(url: str) -> MetricsPoller:
             return MetricsPoller(make_adapter(engine), session, url, interval_s=interval_s, clock=clock)
 

@@ -5,24 +5,24 @@ admin API."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hmac
 import json
 import logging
 import math
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from basin.gateway.config import GatewayConfig
+from basin.errors import BasinInputError
 from basin.gateway.adapters import make_adapter
+from basin.gateway.config import GatewayConfig
 from basin.gateway.gate import Gate
 from basin.gateway.proxy import GATED_PATHS, PASSTHROUGH_PATHS, Proxy, error_response
 from basin.gateway.scrape import EngineMetrics
 from basin.gateway.telemetry import Telemetry
-from basin.errors import BasinInputError
 from basin.policy.base import Policy
 from basin.policy.registry import policy_class, policy_names
 from basin.systems import BUILD_OPTIONS, RunContext
@@ -167,7 +167,7 @@ class GatewayServer:
             self._tick_now.clear()
             try:
                 await asyncio.wait_for(self._tick_now.wait(), delay)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     def request_tick(self) -> None:

@@ -7,7 +7,7 @@ request path only pays for the two histograms it observes itself.
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -42,12 +42,12 @@ class _GateCollector(Collector):
         yield outcomes
         yield GaugeMetricFamily("basin_gateway_working_set_tokens", "Sum of admitted sessions' contexts",
                                 value=gate.table.working_set_tokens())
-        state = getattr(gate.policy, "state", None)
-        budget = getattr(state, "budget", math.nan)
+        policy_state = getattr(gate.policy, "state", None)
+        budget = getattr(policy_state, "budget", math.nan)
         yield GaugeMetricFamily("basin_gateway_budget_tokens", "Admission budget (NaN: no admission)",
                                 value=budget if math.isfinite(budget) else math.nan)
         yield GaugeMetricFamily("basin_gateway_admission_active", "Admission by working set engaged",
-                                value=float(bool(getattr(state, "admit", False))))
+                                value=float(bool(getattr(policy_state, "admit", False))))
         yield GaugeMetricFamily("basin_gateway_ordering_active", "Session priority sent to the engine",
                                 value=float(gate.ordered))
         yield GaugeMetricFamily("basin_gateway_draining", "New sessions refused", value=float(gate.draining))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from basin.metrics._tables import Table, binned_sum, bin_counts, binned_median, floats, require_columns
+from basin.metrics._tables import Table, bin_counts, binned_median, binned_sum, floats, require_columns
 from basin.metrics.hitrate import binned_hit_rate
 
 

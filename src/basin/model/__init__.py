@@ -19,7 +19,13 @@ from basin.model.analysis import Analysis, analyze
 from basin.model.curves import named_curve, simulator_curve
 from basin.model.dynamics import AdmissionBudget, Trajectory, integrate, reference_budget
 from basin.model.equilibria import (
-    DeparturePeak, Equilibrium, departure_peak, drain_time_min, equilibria, low_reuse_rate, stable_and_unstable,
+    DeparturePeak,
+    Equilibrium,
+    departure_peak,
+    drain_time_min,
+    equilibria,
+    low_reuse_rate,
+    stable_and_unstable,
     vulnerable_band,
 )
 from basin.model.hitcurve import HitCurve, PaperHitCurve, TableHitCurve, fit_table, load_table_csv

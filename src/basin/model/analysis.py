@@ -10,10 +10,20 @@ from basin.errors import BasinInputError
 from basin.jsonvalues import json_value
 from basin.model.dynamics import AdmissionBudget, Trajectory, integrate, reference_budget
 from basin.model.equilibria import (
-    DeparturePeak, Equilibrium, departure_peak, drain_time_min, equilibria, low_reuse_rate, stable_and_unstable,
+    DeparturePeak,
+    Equilibrium,
+    departure_peak,
+    drain_time_min,
+    equilibria,
+    low_reuse_rate,
+    stable_and_unstable,
 )
 from basin.model.resources import (
-    DEFAULT_TOLERANCE, LimitClassification, ResourceCondition, classify_limit, resource_condition,
+    DEFAULT_TOLERANCE,
+    LimitClassification,
+    ResourceCondition,
+    classify_limit,
+    resource_condition,
 )
 from basin.model.throughput import FluidModel
 from basin.workload.arrivals import PoissonSchedule

@@ -15,9 +15,10 @@ scores are :mod:`basin.experiments.classify` (``basin model classify``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
 from basin.model.hitcurve import HitCurve
 from basin.model.params import WorkloadInput, derive_params, load_workload, resolve_deployment

@@ -190,7 +190,7 @@ def integrate(model: FluidModel, schedule: PoissonSchedule, duration_min: float,
         r = stage_rate(n)
         out = r * stages_n            # flow out of each stage
         departures = out[-1]
-        if budget_n is None:
+        if budget_n is None or budget is None:  # budget_n is None exactly when budget is
             inflow = lam
         else:
             inflow = max(0.0, min(lam + q / budget.tau_min, departures + (budget_n - n) / budget.tau_min))
@@ -200,7 +200,8 @@ def integrate(model: FluidModel, schedule: PoissonSchedule, duration_min: float,
         dy[-1] = lam - inflow if budget_n is not None else 0.0
         return dy
 
-    ts, ys = [], []
+    ts: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
     y = np.concatenate([np.full(m_stages, float(n0) / m_stages), [float(q0)]])
     edges = _breakpoints(schedule, duration_min)
     for a, b in zip(edges[:-1], edges[1:]):

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -34,8 +35,10 @@ from basin.errors import BasinInputError, where
 class HitCurve(Protocol):
     """What the model needs from a cliff curve."""
 
-    #: Short description printed as the origin of the curve's parameters.
-    label: str
+    @property
+    def label(self) -> str:
+        """Short description printed as the origin of the curve's parameters."""
+        ...
 
     def __call__(self, ratio: np.ndarray | float) -> np.ndarray:
         """Hit rate at working set / cache capacity ``ratio`` (array in, array out)."""
@@ -207,7 +210,8 @@ def load_table_csv(path: str | Path) -> TableHitCurve:
             try:
                 values.append(float(row[col]))
             except (TypeError, ValueError):
-                raise BasinInputError(f"{where(p, line=line, field=col)}: expected a number, got {row[col]!r}") from None
+                raise BasinInputError(
+                    f"{where(p, line=line, field=col)}: expected a number, got {row[col]!r}") from None
         points.append(tuple(values))
     points.sort()
     return TableHitCurve(tuple(x for x, _ in points), tuple(h for _, h in points), label=f"table {p.name}")

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from basin.errors import BasinInputError
 from basin.catalog import Deployment, HardwareProfile, load_deployment, load_hardware
+from basin.errors import BasinInputError
 from basin.workload.presets import resolve_workload
 from basin.workload.records import Workload
 from basin.workload.stats import workload_stats

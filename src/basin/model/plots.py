@@ -10,8 +10,9 @@ Matplotlib's object API on the Agg canvas only (no pyplot), as in
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,7 +21,6 @@ from basin.plotting import new_figure as _figure
 from basin.plotting import save_figure as _save
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
     from basin.model.analysis import Analysis
     from basin.model.dynamics import Trajectory
@@ -47,14 +47,16 @@ def plot_departure_curve(analysis: Analysis, out_png: str | os.PathLike[str], *,
     if sim_points is not None:
         ax.scatter(sim_points[0], sim_points[1], s=8, color="0.5", alpha=0.5, label="simulator (2-min windows)")
     ax.plot(n, d, color="tab:blue", lw=2.0, label="departures D(N)")
-    ax.axhline(analysis.d_low_per_min, color="tab:blue", lw=0.8, ls="--", label=f"D_low {analysis.d_low_per_min:.2f}/min")
+    ax.axhline(analysis.d_low_per_min, color="tab:blue", lw=0.8, ls="--",
+               label=f"D_low {analysis.d_low_per_min:.2f}/min")
     ax.plot([analysis.peak.n_star], [analysis.peak.d_star_per_min], "^", color="tab:blue", ms=8,
             label=f"N* {analysis.peak.n_star:.0f}, D(N*) {analysis.peak.d_star_per_min:.2f}/min")
     if analysis.rate_per_min is not None:
         lam = analysis.rate_per_min
         ax.axhline(lam, color="tab:red", lw=1.2, label=f"arrivals {lam:g}/min")
         if analysis.n_stable is not None:
-            ax.plot([analysis.n_stable], [lam], "o", color="tab:green", ms=8, label=f"N_s {analysis.n_stable:.0f} (stable)")
+            ax.plot([analysis.n_stable], [lam], "o", color="tab:green", ms=8,
+                    label=f"N_s {analysis.n_stable:.0f} (stable)")
         if analysis.n_unstable is not None:
             ax.plot([analysis.n_unstable], [lam], "o", mfc="white", mec="tab:red", mew=2, ms=8,
                     label=f"N_u {analysis.n_unstable:.0f} (unstable)")

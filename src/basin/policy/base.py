@@ -23,8 +23,9 @@ declared up front in :class:`EngineNeeds`. Settings live in one frozen
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 from basin.policy.params import PolicyParams
 

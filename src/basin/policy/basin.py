@@ -30,8 +30,9 @@ ran: arrival-order priority and admission by current context.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from basin.policy.base import Admission, ControlDecision, EngineNeeds, Policy, SessionInfo, Signals
 from basin.policy.params import PolicyParams

@@ -33,9 +33,8 @@ Interactions, where the material is silent (defaults of baselines.md):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from basin.policy.base import Admission, ControlDecision, EngineNeeds, Policy, SessionInfo, Signals
 from basin.policy.continuum import ContinuumParams, ContinuumPolicy, ReloadCosts

@@ -43,8 +43,8 @@ at ``w_init``, and a later change of ``w_init`` does not move it (a change of
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from basin.policy.base import Admission, ControlDecision, Policy, SessionInfo, Signals
 from basin.policy.params import PolicyParams

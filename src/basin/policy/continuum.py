@@ -59,8 +59,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from basin.errors import BasinInputError
 from basin.policy.base import ControlDecision, EngineNeeds, Policy, SessionInfo, Signals

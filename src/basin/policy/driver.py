@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from basin.policy.base import Admission, ControlDecision, Policy, SessionInfo, Signals
 

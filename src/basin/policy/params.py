@@ -17,7 +17,8 @@ import dataclasses
 import math
 import types
 import typing
-from typing import Any, ClassVar, Literal, Mapping, TypeVar, get_args, get_origin
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
 from basin.errors import BasinInputError
 

@@ -63,8 +63,9 @@ the next event or tick (the ledger is recomputed from the programs each time).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Literal, Sequence
+from typing import Literal
 
 from basin.policy.base import Admission, ControlDecision, Policy, SessionInfo, Signals
 from basin.policy.params import PolicyParams

@@ -31,8 +31,8 @@ it is what a stored kappa means; this module fits it and re-exports it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -118,7 +118,8 @@ def _check_points(x: Sequence[float] | np.ndarray, hit: Sequence[float] | np.nda
     xa = np.asarray(x, dtype=np.float64).ravel()
     ha = np.asarray(hit, dtype=np.float64).ravel()
     if xa.size != ha.size:
-        raise BasinInputError(f"cliff fit: {xa.size} working-set ratios but {ha.size} hit rates; give one of each per window")
+        raise BasinInputError(
+            f"cliff fit: {xa.size} working-set ratios but {ha.size} hit rates; give one of each per window")
     keep = np.isfinite(xa) & np.isfinite(ha)
     xa, ha = xa[keep], ha[keep]
     if np.any(xa < 0) or np.any((ha < 0) | (ha > 1)):

@@ -186,8 +186,8 @@ class NoisyOraclePredictor:
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
             raise BasinInputError(f"{where(field='seed')}: expected a whole number >= 0, got {seed!r}; "
                                   "use e.g. noisy:0.5:1")
-        self.sigma = float(sigma)
-        self.seed = int(seed)
+        self.sigma: float = float(sigma)
+        self.seed: int = int(seed)
         self.name = f"noisy:{self.sigma:g}:{self.seed}"
 
     def log_error(self, session_id: str) -> float:

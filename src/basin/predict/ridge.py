@@ -43,6 +43,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 from scipy import sparse
@@ -176,7 +177,7 @@ class FreeLengthRidge(BaseEstimator, RegressorMixin):
     def _solve(self, features: object, y: Sequence[float], alphas: tuple[float, ...]) -> None:
         # Works on the n x n kernel of the text block (n sessions << terms), built
         # from the sparse product X X', so no dense n x terms matrix is formed.
-        m = features.tocsr() if sparse.issparse(features) else np.asarray(features, dtype=float)
+        m = cast(Any, features).tocsr() if sparse.issparse(features) else np.asarray(features, dtype=float)
         yv = np.asarray(y, dtype=float)
         n = len(yv)
         z, x = _dense(m[:, :self.n_free]), m[:, self.n_free:]
@@ -219,7 +220,7 @@ class FreeLengthRidge(BaseEstimator, RegressorMixin):
 
 
 def _linear(features: object, n_free: int, b0: float, coef_free: np.ndarray, coef_text: np.ndarray) -> np.ndarray:
-    m = features.tocsr() if sparse.issparse(features) else np.asarray(features, dtype=float)
+    m = cast(Any, features).tocsr() if sparse.issparse(features) else np.asarray(features, dtype=float)
     free = _dense(m[:, :n_free]) @ coef_free
     text = np.asarray(m[:, n_free:] @ coef_text).ravel() if len(coef_text) else 0.0
     return b0 + free + text
@@ -227,7 +228,7 @@ def _linear(features: object, n_free: int, b0: float, coef_free: np.ndarray, coe
 
 def _dense(features: object) -> np.ndarray:
     if sparse.issparse(features):
-        return features.toarray()
+        return cast(Any, features).toarray()
     return np.asarray(features, dtype=float)
 
 
@@ -252,7 +253,7 @@ def group_splits(groups: Sequence[str], n_folds: int, seed: int) -> list[tuple[n
     return [(idx[assign != f], idx[assign == f]) for f in range(k)]
 
 
-def fit_model(rows: Sequence[Row], y: Sequence[float], groups: Sequence[str], *,
+def fit_model(rows: Sequence[Row], y: Sequence[float] | np.ndarray, groups: Sequence[str], *,
               alphas: Sequence[float] = DEFAULT_ALPHAS, inner_folds: int = 5, seed: int = 0,
               use_text: bool = True) -> Pipeline:
     """Fit the pipeline, choosing alpha by grouped inner cross-validation.

@@ -47,8 +47,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from basin.catalog import PrefillProfile
 from basin.sim.decode import DecodeInstance
@@ -146,6 +147,7 @@ class PrefillBorrower:
         """A request holding a reservation here is waiting in a prefill queue."""
         if not self._valid(req):
             return
+        assert req.prefill is not None
         heapq.heappush(self.candidates, (req.prefill._sort_key(req), req.seq, req))
         if self.current is not None or self.chunk:
             return  # the lease in progress takes the next one when it ends
@@ -181,6 +183,7 @@ class PrefillBorrower:
             req = self._peek()
             if req is None:
                 return False
+            assert req.prefill is not None
             cached = req.prefill.cache.peek(req.key)
             if self.chunk_tokens(step_s, batch, cached, req.prompt - cached) <= 0:
                 return False
@@ -203,6 +206,7 @@ class PrefillBorrower:
     def _start(self, req: Request) -> bool:
         heapq.heappop(self.candidates)
         pre = req.prefill
+        assert pre is not None
         match = req.match
         if not pre.remove(req):
             return False
@@ -228,6 +232,7 @@ class PrefillBorrower:
         if req is None:
             return
         pre = req.prefill
+        assert pre is not None
         pre.running.append(req)
         self.stats.revoked += 1
         pre.kick()
@@ -251,6 +256,7 @@ class PrefillBorrower:
             self.current = None
             self.stats.completed += 1
             req.prefill_end_s = self.loop.now
+            assert req.prefill is not None
             req.prefill.on_done(req)
 
 

@@ -46,8 +46,8 @@ never be evicted again.)
 from __future__ import annotations
 
 import heapq
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Iterator, Sequence
 
 from basin.sim.invariants import InvariantViolation, require
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from basin.catalog import DecodeProfile
 from basin.sim.events import ENGINE, EventLoop
@@ -30,11 +31,15 @@ from basin.sim.invariants import RequestNeverFits, require
 from basin.sim.lending import LentMemory
 from basin.sim.sessions import Request, queue_key
 
+if TYPE_CHECKING:
+    from basin.sim.borrow import PrefillBorrower
+
 _INF = float("inf")
 
 
 class DecodeInstance:
-    def __init__(self, index: int, profile: DecodeProfile, itl_slo_s: float, loop: EventLoop, on_reserved: Callable[[Request], None],
+    def __init__(self, index: int, profile: DecodeProfile, itl_slo_s: float, loop: EventLoop,
+                 on_reserved: Callable[[Request], None],
                  on_finished: Callable[[Request], None]):
         self.index = index
         self.profile = profile
@@ -63,7 +68,7 @@ class DecodeInstance:
         self.wake_t = _INF
         #: Prefill borrowing (basin.sim.borrow): the lease of this instance,
         #: and the extra time of the next step for a borrowed prefill chunk.
-        self.borrower = None
+        self.borrower: PrefillBorrower | None = None
         self.step_extra_s = 0.0
         #: Memory lent as prefix cache (BASIN); decode allocations reclaim it first.
         self.lending: LentMemory | None = None

@@ -22,8 +22,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -269,6 +270,7 @@ class Simulator:
 
     # ============================================================ call path
     def _decode_reserved(self, req: Request) -> None:
+        assert req.decode is not None
         if req.cancelled:
             req.decode.release_reservation(req)
             return
@@ -277,12 +279,14 @@ class Simulator:
             # request resuming): transfer its KV now.
             self.loop.at(self.loop.now + self.config.hardware.transfer_s, ENGINE, self._transferred, req)
         else:
+            assert req.prefill is not None
             req.prefill.enqueue(req)
             if self.borrowing is not None:
                 self.borrowing.queued(req)
 
     def _prefill_done(self, req: Request) -> None:
         self.recorder.prefill_done(req)
+        assert req.decode is not None
         if not req.reserved:
             # Issued while decode memory is reserved at prefill completion
             # (the mode may have changed since, with the policy).
@@ -295,7 +299,9 @@ class Simulator:
         if math.isnan(req.first_token_s):
             req.first_token_s = now
             self.recorder.first_token(req)
+            assert req.prefill is not None
             req.prefill.release(req, now)
+        assert req.decode is not None
         req.decode.join(req)
 
     def _call_finished(self, req: Request) -> None:
@@ -334,6 +340,7 @@ class Simulator:
         """After a call, its decode instance may keep the prompt as a unit."""
         tier = self.lent_tier
         d = req.decode
+        assert d is not None
         if tier is None or d.lending is None:
             raise InvariantViolation("LENDING-WIRED", f"decode instance {d.index} lends without a lent tier")
         if keep and self._lending_on and not d.waiting and d.lending.adopt(s.uid, req.prompt, d.free_beyond_demand()):
@@ -350,6 +357,7 @@ class Simulator:
 
     # ------------------------------------------------------------ TTL pins
     def _pin(self, s: SessionState, req: Request, pin_s: float) -> None:
+        assert req.prefill is not None
         cache = req.prefill.cache
         m = cache.match(req.key, self.loop.now)
         cache.lock(m)
@@ -365,6 +373,7 @@ class Simulator:
 
     def _unpin(self, s: SessionState) -> None:
         if s.pin is not None:
+            assert s.pin_instance is not None
             s.pin_instance.cache.unlock(s.pin)
             s.pin_instance.kick()
             s.pin = None
@@ -401,10 +410,12 @@ class Simulator:
         self.reserve_at_completion = needs.reserve_decode_at_prefill_completion if forced is None else forced
         if needs.decode_memory_lending and self.lent_tier is None:
             lending = LendingConfig(cap_fraction=needs.lend_cap_fraction)
+            memories: list[LentMemory] = []
             for d in self.decodes:
                 d.lending = LentMemory(d.capacity, lending)
+                memories.append(d.lending)
                 d.held_by_prefill = self._prefill_holds
-            self.lent_tier = LentTier([d.lending for d in self.decodes], lending)
+            self.lent_tier = LentTier(memories, lending)
             for p in self.prefills:
                 p.lower_tiers.append(self.lent_tier)
         elif not needs.decode_memory_lending and self.lent_tier is not None:
@@ -424,6 +435,7 @@ class Simulator:
                     # Not started yet: withdraw it from the queues.
                     req.cancelled = True
                     if req.prefill is not None and req.prefill.remove(req):
+                        assert req.decode is not None
                         req.decode.release_reservation(req)
                     s.inflight = None
                     self._end_session(s, completed=False)

@@ -9,7 +9,8 @@ stale events are skipped where they are handled.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: Same-time priority classes (lower runs first).
 ENGINE = 0

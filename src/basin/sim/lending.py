@@ -12,8 +12,8 @@ then the least recently used) before any running request is retracted.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@ layers).
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from basin.catalog import PrefillProfile
 from basin.sim.cache import RadixCache

@@ -7,6 +7,8 @@ end (the column names are the contract with :mod:`basin.metrics`).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -75,7 +77,7 @@ class Recorder:
         return (self._cached + self._loaded + self._prev_hit) / prompt
 
     # ------------------------------------------------------------ per minute
-    def close_minute(self, minute: int, gauges: dict[str, float], active_by_tag: Counter) -> None:
+    def close_minute(self, minute: int, gauges: Mapping[str, float], active_by_tag: Counter) -> None:
         row: dict[str, float] = {
             "minute": minute,
             "arrivals": self._arrivals,
@@ -101,7 +103,7 @@ class Recorder:
 
     # ---------------------------------------------------------------- tables
     def calls_table(self) -> dict[str, np.ndarray]:
-        cols = list(zip(*self.calls)) if self.calls else [[] for _ in CALL_COLUMNS]
+        cols: list[Sequence[Any]] = list(zip(*self.calls)) if self.calls else [[] for _ in CALL_COLUMNS]
         table: dict[str, np.ndarray] = {}
         for name, values in zip(CALL_COLUMNS, cols):
             if name == "tag":

@@ -7,8 +7,8 @@ a real trace and checks our cache against other implementations.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from basin.sim.cache import RadixCache
 from basin.sim.sessions import block_key

@@ -9,7 +9,7 @@ free KV memory.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from basin.sim.decode import DecodeInstance
 from basin.sim.prefill import PrefillInstance

@@ -10,10 +10,15 @@ trajectory says. Traces that carry block hashes are keyed by the hashes.
 
 from __future__ import annotations
 
-from typing import Hashable, Sequence
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING
 
 from basin.sim.cache import MatchResult
 from basin.workload.records import Session
+
+if TYPE_CHECKING:
+    from basin.sim.decode import DecodeInstance
+    from basin.sim.prefill import PrefillInstance
 
 Piece = tuple[Hashable, int]
 
@@ -55,8 +60,8 @@ class SessionState:
         self.held_call = False
         self.pin: MatchResult | None = None
         self.pin_expiry_s = 0.0
-        self.pin_instance = None
-        self.inflight = None
+        self.pin_instance: PrefillInstance | None = None
+        self.inflight: Request | None = None
         self.calls_done = 0
         self.decode_steps = 0
         self.itl_violations = 0
@@ -166,8 +171,8 @@ class Request:
         self.prompt = call.prompt_tokens
         self.new = call.new_tokens
         self.output = call.output_tokens
-        self.prefill = None
-        self.decode = None
+        self.prefill: PrefillInstance | None = None
+        self.decode: DecodeInstance | None = None
         self.issued_s = now
         self.admitted_s = now
         self.prefill_start_s = float("nan")

@@ -53,8 +53,8 @@ class ArrivalSchedule(Protocol):
 
 
 def _finite(name: str, value: object, minimum: float = 0.0, strict: bool = False) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-    if not ok or value < minimum or (strict and value == minimum):
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value < minimum or (strict and value == minimum)):
         relation = ">" if strict else ">="
         raise BasinInputError(f"{name}: expected a finite number {relation} {minimum:g}, got {value!r}")
     return float(value)
@@ -286,9 +286,10 @@ def _load_servegen(path: Path, column: str | None) -> RateSeries:
         raise BasinInputError(
             f"{where(path, line=1)}: expected a 't_s' column and a rate column; choose one of "
             f"{', '.join(rate_columns) or '(none)'}")
-    times, rates = [], []
+    times: list[float] = []
+    rates: list[float] = []
     for line, row in rows:
-        values = []
+        values: list[float] = []
         for name in ("t_s", column):
             try:
                 values.append(float(row[name] or "nan"))

@@ -211,7 +211,9 @@ def rebuild_sessions(requests: Sequence[TraceRequest], name: str, description: s
             reused = 0
             if k > 0:
                 parent = requests[chain[k - 1]]
-                reused = min(MOONCAKE_BLOCK_TOKENS * links[i].shared_blocks, req.input_tokens,
+                link = links[i]
+                assert link is not None  # a chain's later calls all have a parent link
+                reused = min(MOONCAKE_BLOCK_TOKENS * link.shared_blocks, req.input_tokens,
                              parent.input_tokens + parent.output_tokens)
             gap = requests[chain[k + 1]].arrival_s - req.arrival_s if k + 1 < len(chain) else 0.0
             calls.append(Call(req.input_tokens, req.input_tokens - reused, req.output_tokens, gap,

@@ -55,7 +55,7 @@ def list_presets() -> list[PresetInfo]:
     return presets
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fixed_workload(name: str) -> Workload:
     if name in _REAL_SESSIONS:
         from basin.workload.agent_tables import load_agent_table
@@ -97,8 +97,8 @@ def sample_sessions(w: Workload, n_sessions: int, seed: int = 0) -> Workload:
     keep = np.sort(np.random.default_rng(seed).choice(len(w.sessions), size=n_sessions, replace=False))
     sessions = tuple(w.sessions[i] for i in keep)
     extra = dict(w.extra)
-    if isinstance(extra.get(SESSION_START_KEY), dict):
-        starts = extra[SESSION_START_KEY]
+    starts = extra.get(SESSION_START_KEY)
+    if isinstance(starts, dict):
         extra[SESSION_START_KEY] = {s.session_id: starts[s.session_id] for s in sessions
                                     if s.session_id in starts}
     return replace(w, sessions=sessions, extra=extra)

@@ -164,7 +164,7 @@ def rescale_trajectory(trajectory: Session, params: SynthesisParams, gaps_s: Seq
                    source=source or f"{params.trajectory_table} {trajectory.session_id}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _table(name: str) -> Workload:
     return load_agent_table(name)
 
