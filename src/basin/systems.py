@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from basin.catalog import Deployment, HardwareProfile, critical_rate, load_deployment, load_hardware
+from basin.catalog import Deployment, HardwareProfile, critical_rate, load_hardware
 from basin.policy.base import Policy
 from basin.policy.basin import BasinPolicy, BasinPriorPolicy, CliffSummary
 from basin.policy.composition import CompositionPolicy
@@ -117,16 +117,5 @@ def cliff_summary(context: RunContext, profile: str | None = None) -> CliffSumma
     return CliffSummary(lambda_c_per_min=rate.per_min, origin=f"reference curve; critical rate of {dep.name}")
 
 
-def context_for(deployment: str | Deployment | None, workload: str | None = None,
-                host_ratio: float | None = None) -> RunContext:
-    """A run context from names, as the CLI and scenarios give them."""
-    if deployment is None:
-        return RunContext(workload=workload, host_ratio=host_ratio)
-    dep = load_deployment(deployment) if isinstance(deployment, str) else deployment
-    if host_ratio is not None:
-        dep = dep.model_copy(update={"host_ratio": host_ratio})
-    return RunContext(deployment=dep, workload=workload, host_ratio=host_ratio)
-
-
-__all__ = ["BUILD_OPTIONS", "RunContext", "build_policy", "cliff_summary", "context_for",
+__all__ = ["BUILD_OPTIONS", "RunContext", "build_policy", "cliff_summary",
            "system_names"]

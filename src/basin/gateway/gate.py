@@ -72,13 +72,17 @@ class Gate:
         self.table = SessionTable()
         self.waiters: dict[int, list[Waiter]] = {}
         self.draining = False
-        self.ordered = False
         self.driver = PolicyDriver(policy, self)
         self.counts = {"admitted": 0, "parked": 0, "shed": 0, "finished": 0, "abandoned": 0, "expired": 0}
 
     @property
     def policy(self) -> Policy:
         return self.driver.policy
+
+    @property
+    def ordered(self) -> bool:
+        """Whether the policy orders the engine queues (its calls carry a priority)."""
+        return self.driver.ordered
 
     # ------------------------------------------------------------ signals
     def _engine_snapshot(self, now_s: float) -> tuple[EngineSnapshot | None, float]:
@@ -150,7 +154,7 @@ class Gate:
             self._wake(sess)
 
     def ordering(self, on: bool) -> None:
-        self.ordered = on
+        """The engine reads the order from each call's priority field (see :meth:`priority_rank`)."""
 
     def lending(self, on: bool) -> None:
         """A gateway lends no decode memory (policies that need it are refused at start)."""

@@ -38,7 +38,6 @@ class GatewaySession:
     in_flight: int = 0
     #: Prompt tokens of this session's calls forwarded and not yet at their first byte.
     unanswered_prompt_tokens: int = 0
-    paused: bool = False
     #: The end marker was seen: the session ends when its last call is answered.
     ending: bool = False
     shed_reason: str | None = None
@@ -56,7 +55,6 @@ class SessionTable:
     _hits: deque[tuple[float, int, int]] = field(default_factory=deque)
     _hit_cached: int = 0
     _hit_prompt: int = 0
-    _arrivals: deque[float] = field(default_factory=deque)
 
     def get(self, session_id: str) -> GatewaySession | None:
         return self.sessions.get(session_id)
@@ -68,7 +66,6 @@ class SessionTable:
         self._next_uid += 1
         self.sessions[session_id] = sess
         self.by_uid[sess.uid] = sess
-        self._arrivals.append(now_s)
         return sess
 
     def remove(self, sess: GatewaySession, state: SessionState) -> None:
@@ -127,8 +124,3 @@ class SessionTable:
             self._hit_cached -= cached
             self._hit_prompt -= prompt
         return self._hit_cached / self._hit_prompt if self._hit_prompt else math.nan
-
-    def arrival_rate_per_min(self, now_s: float, window_s: float = 600.0) -> float:
-        while self._arrivals and self._arrivals[0] < now_s - window_s:
-            self._arrivals.popleft()
-        return len(self._arrivals) * 60.0 / window_s

@@ -169,6 +169,11 @@ class PolicyDriver:
         t = self.sessions.get(uid)
         return t is not None and t.paused
 
+    def is_held(self, uid: int) -> bool:
+        """A paused session's ready call waits for its resume."""
+        t = self.sessions.get(uid)
+        return t is not None and t.held
+
     def call_issued(self, uid: int, prompt_tokens: int, now_s: float) -> float | None:
         """A session's call goes to the engine; returns its priority key."""
         t = self.sessions.get(uid)

@@ -98,7 +98,6 @@ class RunResult:
 class Simulator:
     def __init__(self, config: SimConfig, policy: Policy):
         self.config = config
-        self.policy = policy
         hw = config.hardware
         dep = config.deployment
         self.loop = EventLoop()
@@ -137,6 +136,10 @@ class Simulator:
         self.active_by_tag: Counter[str] = Counter()
         self._req_seq = 0
         self._reference_cache: dict[int, float] = {}
+
+    @property
+    def policy(self) -> Policy:
+        return self.driver.policy
 
     # ================================================================== run
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
@@ -241,10 +244,8 @@ class Simulator:
             self._end_session(s, completed=False)
             return
         if self.driver.is_paused(s.uid):
-            s.held_call = True
             self.driver.call_held(s.uid, self.loop.now)
             return
-        s.held_call = False
         now = self.loop.now
         self._unpin(s)
         k = s.next_call
@@ -439,7 +440,7 @@ class Simulator:
                         req.decode.release_reservation(req)
                     s.inflight = None
                     self._end_session(s, completed=False)
-                elif s.held_call:
+                elif self.driver.is_held(s.uid):
                     self._end_session(s, completed=False)
                 # Otherwise it is running (it ends when the call finishes) or in
                 # a tool gap (it ends when its next call comes due).
@@ -447,7 +448,6 @@ class Simulator:
             refusal = switch_refusal(self.needs, iv.policy.needs)
             if refusal is not None:
                 raise EngineSwitchError(f"switch to '{iv.policy.name}' at {iv.at_s:g} s: {refusal}")
-            self.policy = iv.policy
             self._apply_needs(iv.policy.needs)
             self.driver.switch_policy(iv.policy, [self._info(s) for s in self.active], self.loop.now)
             for s in self.active:

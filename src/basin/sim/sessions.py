@@ -36,7 +36,7 @@ class SessionState:
 
     __slots__ = (
         "uid", "record", "tag", "arrival_s", "warm", "next_call", "key", "context_tokens",
-        "admitted_s", "finished_s", "shed", "terminated", "paused", "held_call",
+        "admitted_s", "finished_s", "shed", "terminated",
         "pin", "pin_expiry_s", "pin_instance", "inflight", "calls_done", "decode_steps",
         "itl_violations", "reference_s", "block_tokens", "last_prefill",
     )
@@ -56,8 +56,6 @@ class SessionState:
         self.finished_s = float("nan")
         self.shed = False
         self.terminated = False
-        self.paused = False
-        self.held_call = False
         self.pin: MatchResult | None = None
         self.pin_expiry_s = 0.0
         self.pin_instance: PrefillInstance | None = None
