@@ -4,10 +4,13 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-$(STAMP): pyproject.toml
+# pyproject.toml states compatible ranges; requirements-lock.txt pins the exact
+# versions the tests run with (constraints: nothing is installed that the
+# project does not ask for). Refresh it with `make lock` after an upgrade.
+$(STAMP): pyproject.toml setup.py requirements-lock.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	$(VENV)/bin/pip install --quiet -c requirements-lock.txt -e '.[dev]'
 	touch $(STAMP)
 
 # The real engine of the gateway's integration tests (llama.cpp + a 270M model);
@@ -17,7 +20,7 @@ $(ENGINE_STAMP): $(STAMP) scripts/setup_engine.sh
 	PYTHON=$(VENV)/bin/python scripts/setup_engine.sh
 	touch $(ENGINE_STAMP)
 
-.PHONY: setup engine run test lint bench bench-gateway
+.PHONY: setup engine run test lint bench bench-gateway lock
 setup: $(STAMP)
 
 engine: $(ENGINE_STAMP)
@@ -32,6 +35,10 @@ test: $(STAMP) $(ENGINE_STAMP) lint
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench scripts
 	$(VENV)/bin/mypy
+
+# Pin what the environment resolved the ranges to (see scripts/lock_requirements.py).
+lock: $(STAMP)
+	$(VENV)/bin/python scripts/lock_requirements.py
 
 bench: $(STAMP)
 	$(VENV)/bin/python -m bench

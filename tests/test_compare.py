@@ -3,6 +3,8 @@ Markdown the doc receives, and one short end-to-end run of the command."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import math
 
@@ -105,3 +107,92 @@ def test_compare_command_runs_systems_over_scenarios(tmp_path):
 def test_unknown_system_fails_before_running():
     res = CliRunner().invoke(app, ["compare", "main-1p3d-x5", "--system", "nope"])
     assert res.exit_code != 0
+
+
+def test_doc_without_markers_is_refused_before_any_run(tmp_path, monkeypatch, capsys):
+    from tests.cli_helpers import run_basin
+
+    import basin.experiments.compare as compare_mod
+
+    monkeypatch.setattr(compare_mod, "run_compare", None)  # a run would fail loudly
+    doc = tmp_path / "notes.md"
+    doc.write_text("# my notes, no markers\n")
+    code, _, err = run_basin(capsys, "compare", "main-1p3d-x5", "--system", "hicache", "--doc", str(doc))
+    assert code == 2 and f"--doc {doc}: no '{DOC_BEGIN}'" in err
+    assert doc.read_text() == "# my notes, no markers\n"
+
+
+def test_compare_of_a_scenario_file_keeps_tables_labels_bins_and_records_provenance(tmp_path, monkeypatch, capsys):
+    from tests.cli_helpers import run_basin
+
+    from basin.experiments.compare import CompareBin
+    from basin.paths import SCENARIO_DIR
+
+    mine = tmp_path / "studies" / "my.yaml"
+    mine.parent.mkdir()
+    mine.write_text((SCENARIO_DIR / "main-1p1d-gpuonly.yaml").read_text().replace("name: main-1p1d-gpuonly",
+                                                                                  "name: mine"))
+    out = tmp_path / "out"
+    (out / "runs" / "old" / "hicache" / "seed-0").mkdir(parents=True)
+    (out / "runs" / "old" / "hicache" / "seed-0" / "summary.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    code, stdout, err = run_basin(capsys, "compare", str(mine), "--system", "hicache", "--system", "basin-prior",
+                                  "--jobs", "-1", "--out", str(out), "--plot", str(out / "fig14.svg"), "--csv",
+                                  *SHORT, "--set", "duration_min=15", "--set", "measure_end_min=10")
+    assert code == 0, err
+    # Per-run tables, and none of the earlier compare's.
+    for system in ("hicache", "basin-prior"):
+        assert (out / "runs" / "mine" / system / "seed-0" / "calls.parquet").is_file()
+    assert not (out / "runs" / "old").exists()
+    # Bins labelled, rows as CSV (printed and written).
+    rows = json.loads((out / "compare.json").read_text())
+    assert set(rows[0]["bins"][0]) == {f.name for f in dataclasses.fields(CompareBin)}
+    assert rows[0]["scenario"] == str(mine)
+    assert stdout.splitlines()[0].startswith("scenario,system,") and len(stdout.strip().splitlines()) == 3
+    assert (out / "compare.csv").read_text() == stdout
+    # The Fig. 14 plot in the format its name asks for; Fig. 13 named after the scenario, with lines.
+    assert (out / "fig14.svg").read_bytes().lstrip().startswith(b"<?xml")
+    assert (out / "mine-bins.png").stat().st_size > 0
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["scenarios"][0]["resolved"]["name"] == "mine" and prov["scenarios"][0]["file"] == str(mine)
+    assert set(prov["systems"]) == {"hicache", "basin-prior"}
+    assert prov["systems"]["basin-prior"]["policy_params_by_scenario"][str(mine)]["margin"] == 0.9
+
+
+def test_fig13_plots_the_rows_of_a_scenario_given_by_path(tmp_path):
+    from basin.experiments.compare import plot_bins
+
+    infos = {"dir/my.yaml": ScenarioInfo("mine", "1P1D", "x5 surge", 10, (2, 4))}
+    rows = aggregate([_result("dir/my.yaml", "hicache", 0, 100.0, 2.0)], infos, ["hicache"])
+    fig = plot_bins(rows, infos["dir/my.yaml"], tmp_path / "b.png", key="dir/my.yaml")
+    lines = [ln for ax in fig.axes for ln in ax.get_lines()]
+    assert lines and all(len(ln.get_xdata()) == 2 for ln in lines)
+    with pytest.raises(ValueError, match="no rows of scenario 'mine'"):
+        plot_bins(rows, infos["dir/my.yaml"], tmp_path / "b.png")
+
+
+def test_figures_are_written_in_the_format_their_name_asks_for(tmp_path):
+    from basin.plotting import new_figure, save_figure
+
+    fig = new_figure(2.0, 2.0)
+    fig.subplots().plot([0, 1], [0, 1])
+    assert save_figure(fig, tmp_path / "a.svg").read_bytes().lstrip().startswith(b"<?xml")
+    assert save_figure(fig, tmp_path / "a.pdf").read_bytes().startswith(b"%PDF")
+    assert save_figure(fig, tmp_path / "a.png").read_bytes().startswith(b"\x89PNG")
+    with pytest.raises(BasinInputError, match=r"cannot write a figure as '.docx'.*\.svg"):
+        save_figure(fig, tmp_path / "a.docx")
+
+
+def test_compare_table_shows_full_system_names():
+    from rich.console import Console
+
+    from basin.cli.compare import print_tables
+
+    infos = {"a": ScenarioInfo("a", "1P3D", "x5 surge", 120, (15, 35))}
+    systems = ["basin-prior", "thunderagent", "composition"]
+    rows = aggregate([_result("a", s, 0, 100.0, 2.0) for s in systems], infos, systems)
+    console = Console(width=60, record=True, file=io.StringIO())
+    print_tables(rows, infos, console)
+    text = console.export_text()
+    for name in systems:
+        assert f"│ {name} " in text

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from basin.errors import BasinInputError
+
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
@@ -22,9 +24,17 @@ def new_figure(width_in: float, height_in: float) -> Figure:
     return fig
 
 
-def save_figure(fig: Figure, out_png: str | os.PathLike[str]) -> Path:
-    """Write a PNG, creating its directory."""
-    path = Path(out_png)
+def save_figure(fig: Figure, out: str | os.PathLike[str]) -> Path:
+    """Write the figure in the format its file name asks for (``.svg``,
+    ``.pdf``, ``.png``, ...; PNG when there is no suffix), creating its
+    directory. An unknown suffix is refused with the formats there are,
+    rather than written as bytes of another format."""
+    path = Path(out)
+    suffix = path.suffix.lower().lstrip(".")
+    supported = fig.canvas.get_supported_filetypes()
+    if suffix and suffix not in supported:
+        raise BasinInputError(f"{path}: cannot write a figure as '.{suffix}'; end the file name in one of "
+                              f"{', '.join('.' + s for s in sorted(supported))}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
+    fig.savefig(path, format=suffix or "png")
     return path

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from basin.catalog.capacity import effective_cache_tokens
-from basin.catalog.files import named_file
+from basin.catalog.files import close_names, named_file
 from basin.catalog.hardware import HardwareProfile, load_hardware
 from basin.errors import BasinInputError
 from basin.paths import PROFILE_DIR
@@ -66,7 +66,16 @@ def load_deployment(name_or_path: str) -> Deployment:
     if match and not (PROFILE_DIR / "deployments" / f"{name_or_path}.yaml").exists():
         p, d, hw = match.groups()
         hardware = hw or "h200"
-        load_hardware(hardware)  # fail early on an unknown profile
+        try:
+            load_hardware(hardware)  # fail early on an unknown profile
+        except BasinInputError as exc:
+            shipped = sorted(f.stem for f in (PROFILE_DIR / "deployments").glob("*.yaml"))
+            shape = f"{p}p{d}d-"  # only a shipped deployment of this very shape is a likely meaning
+            close = [c for c in close_names(name_or_path, shipped) if c.lower().startswith(shape)]
+            if close:
+                raise BasinInputError(f"deployment '{name_or_path}': not a shipped deployment (did you mean "
+                                      f"{' or '.join(close)}?) and, read as a shape, {exc}") from None
+            raise BasinInputError(f"deployment shape '{name_or_path}': {exc}") from None
         return Deployment(name=name_or_path, hardware=hardware, prefill_instances=int(p),
                           decode_instances=int(d), host_ratio=2.0)
     path = named_file("deployments", name_or_path)

@@ -2,10 +2,31 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from pathlib import Path
 
 from basin.errors import BasinInputError
 from basin.paths import PROFILE_DIR
+
+
+def close_names(name: str, known: Iterable[str], n: int = 3) -> list[str]:
+    """Known names a mistyped ``name`` may have meant: those it begins (``h100``
+    for ``h100-nvl``), then the closest spellings; for "did you mean" hints."""
+    known = list(known)
+    lowered = name.lower()
+    starts = [k for k in known if k.lower().startswith(lowered) or lowered.startswith(k.lower())]
+    similar = difflib.get_close_matches(lowered, [k.lower() for k in known], n=n, cutoff=0.6)
+    by_lower = {k.lower(): k for k in known}
+    out = list(dict.fromkeys(starts + [by_lower[s] for s in similar]))
+    return [k for k in out if k != name][:n]
+
+
+def unknown_name_message(kind: str, name: str, known: list[str], also: str = "or a path to a YAML file") -> str:
+    """``unknown <kind> '<name>': did you mean ...? use one of ...``."""
+    close = close_names(name, known)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return f"unknown {kind} '{name}': {hint}use one of {', '.join(known) or '(none shipped)'} {also}".rstrip()
 
 
 def named_file(kind: str, name_or_path: str) -> Path:
@@ -17,7 +38,8 @@ def named_file(kind: str, name_or_path: str) -> Path:
     candidate = PROFILE_DIR / kind / f"{name_or_path}.yaml"
     if candidate.exists():
         return candidate
+    entry = kind.removesuffix("s")  # "deployments" -> "deployment"; "hardware" stays
+    if path.suffix in (".yaml", ".yml"):
+        raise BasinInputError(f"{path}: {entry} file not found")
     known = sorted(p.stem for p in (PROFILE_DIR / kind).glob("*.yaml"))
-    raise BasinInputError(
-        f"unknown {kind[:-1]} '{name_or_path}': use one of {', '.join(known)} or a path to a YAML file"
-    )
+    raise BasinInputError(unknown_name_message(entry, name_or_path, known))

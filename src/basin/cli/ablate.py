@@ -47,7 +47,7 @@ def ablate(
         return
     table = Table(title="goodput relative to full BASIN")
     for col in ("scenario", "variant", "goodput/h", "relative", "completed", "shed", "wait p90", "state"):
-        table.add_column(col, justify="left" if col in ("scenario", "variant", "state") else "right")
+        table.add_column(col, justify="left" if col in ("scenario", "variant", "state") else "right", no_wrap=True)
     for r in rows:
         table.add_row(r.scenario, r.variant, f"{r.goodput_per_h:.0f}", f"{r.relative_goodput:.2f}",
                       f"{100 * r.completed_fraction:.1f}%", f"{100 * r.shed_fraction:.1f}%",

@@ -20,10 +20,27 @@ app = typer.Typer(
 _err = Console(stderr=True)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import basin
+
+        typer.echo(f"basin-serve {basin.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the package version and exit."),
+) -> None:
+    """basin-serve: simulate, model and protect PD-disaggregated agent serving."""
+
+
 def _register() -> None:
-    from basin.cli import cache, predict, run, workload
+    from basin.cli import cache, predict, run, scenario, workload
 
     app.add_typer(workload.app, name="workload")
+    app.add_typer(scenario.app, name="scenario")
     app.add_typer(cache.app, name="cache")
     app.add_typer(predict.app, name="predict")
     from basin.cli import model

@@ -33,6 +33,7 @@ def replay(
         raise BasinInputError("--capacity-tokens must be a positive number of tokens")
     if page <= 0 or host_tokens < 0:
         raise BasinInputError("--page must be positive and --host-tokens non-negative")
+    _refuse_other_formats(trace)
     requests = load_request_trace(trace)
     block = 512
     result = replay_trace([(r.block_hashes, r.input_tokens) for r in requests], capacity_tokens,
@@ -47,3 +48,32 @@ def replay(
     for name, value in data.items():
         table.add_row(name, f"{value:.4f}" if isinstance(value, float) else f"{value:,}")
     Console().print(table)
+
+
+#: What `cache replay` reads, for messages.
+TRACE_FORMAT = ("a Mooncake-format trace: JSON lines (.jsonl or .jsonl.gz), one request per line with "
+                "timestamp, input_length, output_length and hash_ids")
+
+
+def _refuse_other_formats(trace: str) -> None:
+    """Name the format wanted when the file is plainly another one (a Parquet
+    or CSV workload would otherwise fail as "malformed JSON" on line 1)."""
+    from pathlib import Path
+
+    path = Path(trace)
+    if not path.is_file():
+        return  # a shipped name, or a missing file (reported by the reader)
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    name = path.name.lower()
+    if head == b"PAR1" or name.endswith(".parquet"):
+        kind = "a Parquet file"
+    elif name.endswith((".csv", ".csv.gz")):
+        kind = "a CSV file"
+    elif name.endswith((".yaml", ".yml")):
+        kind = "a YAML file"
+    else:
+        return
+    raise BasinInputError(f"{path}: is {kind}; cache replay reads {TRACE_FORMAT} "
+                          "(e.g. `basin cache replay mooncake-conversation`). Session workloads (.parquet) "
+                          "run with `basin run` instead")

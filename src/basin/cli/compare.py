@@ -6,13 +6,20 @@ import json
 import math
 import shlex
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from basin.cli.options import parse_jobs
+from basin.errors import BasinInputError
+
+if TYPE_CHECKING:
+    from basin.experiments.compare import CompareRow, ScenarioInfo
 
 _err = Console(stderr=True)
 
@@ -25,72 +32,138 @@ def compare(
     set_: Optional[list[str]] = typer.Option(None, "--set", help="Override a field of every scenario."),
     seeds: Optional[list[int]] = typer.Option(None, "--seed", help="Seeds to average over; repeat for "
                                                                    "several (default: each scenario's seed)."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel runs (default: all cores)."),
-    out: Path = typer.Option(Path("results/compare"), "--out", help="Directory for the JSON rows and plots."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Where to write the Fig. 14 plot "
-                                                             "(default: OUT/compare.png)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel runs (default or -1: all cores)."),
+    out: Path = typer.Option(Path("results/compare"), "--out", help="Directory for the rows (compare.json, "
+                                                                    "compare.csv), plots, per-run tables "
+                                                                    "(runs/) and provenance.json."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Where to write the Fig. 14 plot (.png, .svg, "
+                                                             ".pdf; default: OUT/compare.png)."),
     doc: Optional[Path] = typer.Option(None, "--doc", help="A Markdown file whose compare markers receive "
-                                                           "the tables; plots then go to docs/img/results-*.png "
-                                                           "next to it."),
+                                                           "the tables (created if missing); plots then go "
+                                                           "to img/results-*.png next to it."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON array, one object per scenario and system."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print the rows as CSV."),
+    tables: bool = typer.Option(True, "--tables/--no-tables", help="Keep every run's Parquet tables under "
+                                                                   "OUT/runs/<scenario>/<system>/seed-<n>/."),
 ) -> None:
     """Run every system on every scenario in parallel; print goodput per system
     and scenario, as a percentage of the best, and median slowdown as a
     percentage of the lowest; plot both like the paper's Fig. 14.
 
-    Example: basin compare main-1p3d-x5 main-1p1d-x5 --system all --doc docs/results.md
+    Example: basin compare main-1p3d-x5 main-1p1d-x5 --system all --out results/main --doc results/main.md
     """
     from basin.experiments.compare import (
+        check_doc,
         expand_systems,
         fill_doc,
         markdown,
         plot_bins,
         plot_compare,
         row_dicts,
+        rows_csv,
         run_compare,
+        run_folders,
     )
+    from basin.experiments.runner import check_runnable, provenance, write_provenance
     from basin.experiments.scenario import load_scenario
 
+    if as_json and as_csv:
+        raise BasinInputError("--json and --csv both choose what is printed: give one")
+    workers = parse_jobs(jobs)
+    if doc is not None:
+        check_doc(doc)  # before any run, not after all of them
     overrides = list(set_ or [])
-    for sc in scenarios:
-        load_scenario(sc, overrides)  # bad names and fields fail before any run
     systems = expand_systems(system or ["all"])
+    loaded = []
+    warnings: list[str] = []
+    notes: list[str] = []
+    for sc_arg in scenarios:  # bad names, fields and parameters fail before any run
+        sc = load_scenario(sc_arg, overrides)
+        split, found = check_runnable(sc, systems)
+        loaded.append((sc_arg, sc, overrides))
+        warnings += [w for w in found if w not in warnings]
+        notes += [n for n in split.notes if n not in notes]
+    for line in notes:
+        _err.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
+    for line in warnings:
+        _err.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+    runs_dir = out / "runs"
+    stale = _clear_runs(runs_dir)
+    if stale:
+        _err.print(f"[yellow]note:[/] removed the run tables of an earlier compare from {runs_dir}",
+                   highlight=False, soft_wrap=True)
     with Progress(TextColumn("compare"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=_err, transient=as_json) as progress:
+                  console=_err, transient=as_json or as_csv) as progress:
         task = progress.add_task("runs", total=None)
-        rows, infos = run_compare(scenarios, systems, overrides, seeds, jobs,
-                                  progress=lambda done, total: progress.update(task, completed=done, total=total))
+        rows, infos = run_compare(scenarios, systems, overrides, seeds, workers,
+                                  progress=lambda done, total: progress.update(task, completed=done, total=total),
+                                  tables_dir=runs_dir if tables else None)
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps(row_dicts(rows), indent=1))
+    (out / "compare.csv").write_text(rows_csv(rows), encoding="utf-8")
     img_dir = (doc.parent / "img") if doc is not None else out
     plot_path = plot or (img_dir / ("results-main.png" if doc is not None else "compare.png"))
     plot_compare(rows, plot_path)
+    folders = run_folders(scenarios)
     bin_plots = {}
-    for name, info in infos.items():
-        path = img_dir / (f"results-{name}.png" if doc is not None else f"{name}-bins.png")
-        plot_bins(rows, info, path)
-        bin_plots[name] = path
+    for key, info in infos.items():
+        path = img_dir / (f"results-{folders[key]}.png" if doc is not None else f"{folders[key]}-bins.png")
+        plot_bins(rows, info, path, key=key)
+        bin_plots[key] = path
+    from basin.experiments.runner import params_for, resolved_params
+
+    write_provenance(out, provenance(loaded, {
+        s: {"policy_params_by_scenario": {arg: resolved_params(s, params_for(sc, [s], strict=False).given[s])
+                                          for arg, sc, _ in loaded}} for s in systems},
+        {"seeds": list(seeds) if seeds else None, "warnings": warnings, "notes": notes,
+         "outputs": {"rows": "compare.json", "csv": "compare.csv", "plot": str(plot_path),
+                     "bin_plots": {k: str(v) for k, v in bin_plots.items()},
+                     "run_tables": str(runs_dir) if tables else None, "doc": str(doc) if doc else None}}))
     if doc is not None:
         command = "basin compare " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else ""
         fill_doc(doc, markdown(rows, infos, command))
     if as_json:
         print(json.dumps(row_dicts(rows)))
         return
-    console = Console(width=max(Console().width, 120))
-    for name, info in infos.items():
-        table = Table(title=f"{name} ({info.shape}, {info.kind})")
+    if as_csv:
+        print(rows_csv(rows), end="")
+        return
+    print_tables(rows, infos, Console(width=max(Console().width, 140)))
+    _err.print(f"rows in {out / 'compare.json'} and compare.csv; plot in {plot_path}; provenance.json in {out}"
+               + (f"; run tables in {runs_dir}" if tables else "") + (f"; tables in {doc}" if doc is not None else ""))
+
+
+def print_tables(rows: Sequence[CompareRow], infos: Mapping[str, ScenarioInfo], console: Console) -> None:
+    """One table per scenario; system names never cut short, however narrow the terminal."""
+    width = max((len(r.system) for r in rows), default=6)
+    for key, info in infos.items():
+        table = Table(title=f"{info.name} ({info.shape}, {info.kind})" + (f" from {key}" if key != info.name else ""))
         for col in ("system", "goodput/h", "% of best", "state", "completed", "hit pre/end",
                     "wait p50", "first token p50", "slowdown p50", "% of lowest"):
-            table.add_column(col, justify="left" if col in ("system", "state") else "right")
-        for r in (r for r in rows if r.scenario == name):
+            table.add_column(col, justify="left" if col in ("system", "state") else "right",
+                             no_wrap=col == "system", min_width=width if col == "system" else None)
+        for r in (r for r in rows if r.scenario == key):
             table.add_row(r.system, _f(r.goodput_per_h), _f(r.goodput_pct_of_best, 0, "%"), r.state,
                           _f(100 * r.completed_fraction, 0, "%"),
                           f"{_f(r.hit_rate_pre, 2)}/{_f(r.hit_rate_final, 2)}",
                           _f(r.first_call_wait_p50_s, 0, "s"), _f(r.first_token_wait_p50_s, 0, "s"),
                           _f(r.slowdown_p50, 2), _f(r.slowdown_pct_of_lowest, 0, "%"))
         console.print(table)
-    _err.print(f"rows in {out / 'compare.json'}; plot in {plot_path}"
-               + (f"; tables in {doc}" if doc is not None else ""))
+
+
+def _clear_runs(runs_dir: Path) -> bool:
+    """Remove the run tables an earlier compare left in ``runs_dir`` (only
+    when the folder holds nothing but run tables; anything else is refused)."""
+    import shutil
+
+    if not runs_dir.is_dir():
+        return False
+    others = [p for p in runs_dir.rglob("*") if p.is_file() and p.suffix not in (".parquet", ".json")]
+    if others:
+        raise BasinInputError(f"{runs_dir}: holds files that are not run tables (e.g. {others[0]}); "
+                              "choose another --out or move them")
+    shutil.rmtree(runs_dir)
+    return True
 
 
 def _f(x: float, digits: int = 1, unit: str = "") -> str:

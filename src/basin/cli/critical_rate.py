@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from basin.cli.options import parse_seeds
+from basin.cli.options import parse_jobs, parse_seeds
 
 _err = Console(stderr=True)
 
@@ -26,7 +26,7 @@ def critical_rate(
                                                help="Host tier as a multiple of the GPU prefix cache, "
                                                     "overriding the deployment's (0: GPU-only)."),
     workload: str = typer.Option("terminal-bench", "--workload", "-w", help="Workload preset or file."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Simulator processes (default: all cores)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Simulator processes (default or -1: all cores)."),
     duration: float = typer.Option(120.0, "--duration", help="Minutes each steady run lasts (sessions are "
                                                             "measured over its first three quarters)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -55,7 +55,8 @@ def critical_rate(
             bar.refresh()
 
         result = find_critical_rate(deployment, low, high, step, seeds=seed_list, host_ratio=host_ratio,
-                                    workload=workload, workers=jobs, duration_min=duration, progress=advance)
+                                    workload=workload, workers=parse_jobs(jobs), duration_min=duration,
+                                    progress=advance)
     if as_json:
         typer.echo(json.dumps(result.to_dict()))
         return

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from basin.cli.options import parse_seeds
+from basin.cli.options import parse_jobs, parse_seeds
 from basin.errors import BasinInputError
 
 app = typer.Typer(help="The fluid model: departure curve, tipping points, trap or recovery, "
@@ -55,6 +55,20 @@ def _resolve(scenario: Optional[str], set_: Optional[list[str]], deployment: Opt
         if deployment is not None or workload is not None:
             raise BasinInputError("--scenario takes the deployment and workload from the scenario file; "
                                   "change them with --set deployment=... or --set workload.name=...")
+        # Flags the scenario itself sets: refused rather than ignored.
+        shadowed = [(flag, key) for flag, key, given in (
+            ("--surge-factor", "surge.factor", surge_factor is not None),
+            ("--surge-start", "surge.start_min", surge_start != SURGE_START_DEFAULT),
+            ("--surge-end", "surge.end_min", surge_end != SURGE_END_DEFAULT),
+            ("--host-ratio", "host_ratio", host_ratio is not None),
+            ("--sessions", "workload.sessions", sessions is not None),
+            ("--tool-time", "workload.tool_time", tool_time != 1.0),
+            ("--output-scale", "workload.output", output != 1.0),
+            ("--prompt-scale", "workload.prompt", prompt != 1.0)) if given]
+        if shadowed:
+            flag, key = shadowed[0]
+            raise BasinInputError(f"{flag} does not apply beside --scenario, which sets it; "
+                                  f"use --set {key}=VALUE instead")
         sc = load_scenario(scenario, list(set_ or []))
         if sc.arrivals.burst_workload is not None:
             _err.print("[yellow]note:[/] the fluid model treats the surge's burst sessions as sessions of the "
@@ -84,6 +98,8 @@ def _resolve(scenario: Optional[str], set_: Optional[list[str]], deployment: Opt
             if surge_end <= surge_start:
                 raise BasinInputError(f"--surge-end ({surge_end:g}) must be after --surge-start ({surge_start:g})")
             schedule = PoissonSchedule(rate, (Surge(surge_start, surge_end, surge_factor),))
+        elif surge_start != SURGE_START_DEFAULT or surge_end != SURGE_END_DEFAULT:
+            raise BasinInputError("--surge-start and --surge-end place a surge: give --surge-factor (and --rate) too")
         title = dep.name
     wl = load_workload(spec)
     params = derive_params(dep, hw, wl, hit_curve.knee_ratio, hit_curve.label, workload_label=spec.label())
@@ -106,9 +122,11 @@ _PROMPT = typer.Option(1.0, "--prompt-scale", help="Scale prompt lengths.")
 _RATE = typer.Option(None, "--rate", "-r", help="Base session arrival rate per minute (overrides a scenario's).")
 _CURVE = typer.Option("paper", "--curve", help="Hit curve: paper, simulator, or a CSV file (ratio,hit_rate).")
 _SHARP = typer.Option(8.0, "--sharpness", help="Exponent p of the smooth minimum of the bounds.")
-_SFACTOR = typer.Option(None, "--surge-factor", help="Surge multiplier of the base rate (with --rate).")
-_SSTART = typer.Option(15.0, "--surge-start", help="Surge start, minutes.")
-_SEND = typer.Option(25.0, "--surge-end", help="Surge end, minutes.")
+_SFACTOR = typer.Option(None, "--surge-factor", help="Surge multiplier of the base rate (with --rate; beside "
+                                                      "--scenario use --set surge.factor=X).")
+SURGE_START_DEFAULT, SURGE_END_DEFAULT = 15.0, 25.0
+_SSTART = typer.Option(SURGE_START_DEFAULT, "--surge-start", help="Surge start, minutes.")
+_SEND = typer.Option(SURGE_END_DEFAULT, "--surge-end", help="Surge end, minutes.")
 _DURATION = typer.Option(None, "--duration", help="Minutes to integrate (default: the scenario's, or 120).")
 _STAGES = typer.Option(None, "--stages", help="Stages of session progress in the ODE (default: from the "
                                               "workload's spread of calls per session; 1: the paper's Eq. 1).")
@@ -209,7 +227,7 @@ def _print_analysis(d: dict[str, Any], title: str) -> None:
 # --------------------------------------------------------------------- plot
 @app.command("plot")
 def plot_cmd(
-    out: Path = typer.Option(..., "--out", "-o", help="PNG file to write."),
+    out: Path = typer.Option(..., "--out", "-o", help="Figure file to write (.png, .svg, .pdf)."),
     scenario: Optional[str] = _SCENARIO, set_: Optional[list[str]] = _SET, deployment: Optional[str] = _DEPLOYMENT,
     host_ratio: Optional[float] = _HOST, workload: Optional[str] = _WORKLOAD, sessions: Optional[int] = _SESSIONS,
     tool_time: float = _TOOLS, output: float = _OUTPUT, prompt: float = _PROMPT, rate: Optional[float] = _RATE,
@@ -243,7 +261,7 @@ def plot_cmd(
 # ----------------------------------------------------------------- classify
 @app.command("classify")
 def classify_cmd(
-    workers: Optional[int] = typer.Option(None, "--workers", help="Simulator processes (default: all cores)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Simulator processes (default or -1: all cores)."),
     seeds: str = typer.Option("0", "--seeds", help="Comma-separated seeds; a deployment's verdict is the "
                                                   "majority of its seeds."),
     curve: str = typer.Option("simulator", "--curve", help="Hit curve of the model (docs/fluid-model.md "
@@ -262,7 +280,7 @@ def classify_cmd(
     """Classify 36 deployments (P:D 1:1, 1:2, 1:3; GPU-only or host tiers 2x, 10x, 40x; tool time x1, x3, x10)
     with the simulator and with the model; print the confusion table, accuracy and cache-first recall.
 
-    Example: basin model classify --plot docs/img/fluid-classify.png
+    Example: basin model classify --plot results/fluid-classify.png
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -295,8 +313,8 @@ def classify_cmd(
             from_cache[0] += int(cached)
             progress.update(task, advance=1, description=f"simulator ramps ({from_cache[0]} from the cache)")
 
-        summary = run_grid(points, hit_curve, seeds=seed_list, workers=workers, cache_dir=directory,
-                           tolerance=tolerance, on_done=done)
+        summary = run_grid(points, hit_curve, seeds=seed_list, workers=parse_jobs(workers, "--workers"),
+                           cache_dir=directory, tolerance=tolerance, on_done=done)
     if plot is not None:
         _err.print(f"wrote {plot_classification(summary, plot)}")
     if ramp_plots is not None:
@@ -351,14 +369,14 @@ def fit_curve_cmd(
     factors: str = typer.Option("1,1.33,2", "--factors", help="Comma-separated surge factors to run it with."),
     seeds: str = typer.Option("0,1,2,3", "--seeds", help="Comma-separated seeds."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the fitted table as CSV (ratio,hit_rate)."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Simulator processes (default: all cores)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Simulator processes (default or -1: all cores)."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Run cache (as for classify)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write the points and curves to this PNG."),
     as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
 ) -> None:
     """Measure the simulator's hit curve (cliff points of a scenario's runs, fitted monotone) and print the table.
 
-    Example: basin model fit-curve --out sim-curve.csv --plot docs/img/fluid-hitcurve.png
+    Example: basin model fit-curve --out results/sim-curve.csv --plot results/fluid-hitcurve.png
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -375,8 +393,8 @@ def fit_curve_cmd(
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=_err, transient=as_json) as progress:
         task = progress.add_task(f"{scenario} runs", total=len(factor_list) * len(seed_list))
-        table, points = profile_hit_curve(scenario, factor_list, seed_list, workers=workers, cache_dir=cache_dir,
-                                          on_done=lambda _k, _c: progress.advance(task))
+        table, points = profile_hit_curve(scenario, factor_list, seed_list, workers=parse_jobs(workers, "--workers"),
+                                          cache_dir=cache_dir, on_done=lambda _k, _c: progress.advance(task))
     if out is not None:
         table.to_csv(out)
         _err.print(f"wrote {out}")

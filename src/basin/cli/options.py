@@ -14,3 +14,13 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     if not seeds:
         raise BasinInputError("--seeds: give at least one seed, e.g. --seeds 0,1,2")
     return seeds
+
+
+def parse_jobs(jobs: int | None, flag: str = "--jobs") -> int | None:
+    """Worker processes: a positive count, or -1 (as in joblib and make) or
+    nothing for every core, which the pool reads as None."""
+    if jobs is None or jobs == -1:
+        return None
+    if jobs < 1:
+        raise BasinInputError(f"{flag} {jobs}: give a number of processes >= 1, or -1 for every core")
+    return jobs

@@ -11,7 +11,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from basin.cli.options import parse_jobs
 from basin.errors import BasinInputError
+from basin.paths import IN_CHECKOUT
 
 _err = Console(stderr=True)
 
@@ -31,7 +33,10 @@ def profile(
                                                            "keeps the lower quartile of kappa."),
     seed: int = typer.Option(0, "--seed", help="Seed of the first ramp."),
     out: Optional[Path] = typer.Option(None, "--out", help="Profile file (.yaml, .yml or .json); default "
-                                                           "profiles/basin/<deployment>[-<router>][-<workload>].yaml."),
+                                                           "<deployment>[-<router>][-<workload>].yaml in the "
+                                                           "shipped profiles/basin/ of a checkout (which BASIN "
+                                                           "reads), or in results/profiles/ of an installed "
+                                                           "package."),
     as_json: bool = typer.Option(False, "--json", help="Print the profile's summary as one JSON object."),
     plot: bool = typer.Option(True, "--plot/--no-plot", help="Write a PNG of the ramp next to the profile file."),
     start_rate: Optional[float] = typer.Option(None, "--start-rate", help="First step's session rate per minute "
@@ -42,13 +47,14 @@ def profile(
     step_min: Optional[int] = typer.Option(None, "--step-min", help="Minutes per step (default 15)."),
     settle_min: Optional[int] = typer.Option(None, "--settle-min", help="Minutes of each step left out of its "
                                                                         "completion rate (default 5)."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Processes running ramps (default: CPU count)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Processes running ramps "
+                                                                  "(default or -1: CPU count)."),
 ) -> None:
     """Profile a deployment's cache cliff (kappa) and peak departure rate (lambda_c) with stepped load ramps.
 
     Example:
 
-        basin profile 2p6d-h200 --router least-loaded --repeats 3
+        basin profile 2p6d-h200 --router least-loaded --repeats 3 --out results/2p6d-least-loaded.yaml
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -59,8 +65,7 @@ def profile(
 
     if repeats < 1:
         raise BasinInputError(f"--repeats {repeats}: give at least 1 ramp (3 is the default)")
-    if workers is not None and workers < 1:
-        raise BasinInputError(f"--workers {workers}: give at least 1 process")
+    workers = parse_jobs(workers, "--workers")
     if out is not None and out.suffix.lower() not in (".yaml", ".yml", ".json"):
         raise BasinInputError(f"--out {out}: a profile file ends in .yaml, .yml or .json")
     dep = override_deployment(deployment, router, host_ratio)
@@ -69,6 +74,8 @@ def profile(
         ("step_min", step_min), ("settle_min", settle_min)) if value is not None}
     ramp = default_ramp(dep, workload, seed=seed, **overrides)
     path = out or default_profile_path(deployment, router, workload, host_ratio)
+    if out is None and not IN_CHECKOUT:  # never write into an installed package
+        path = Path("results") / "profiles" / path.name
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} ramps"),
                   TimeElapsedColumn(), console=_err, transient=as_json, auto_refresh=False) as bar:
         # No refresh thread: the ramps run in forked workers.

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -14,9 +17,16 @@ from rich.table import Table
 
 _err = Console(stderr=True)
 
+#: The table's note on its last column (docs/metrics.md defines it).
+L_LATE_NOTE = ("L_late: the largest median TTFT of the 2-minute windows in the run's last 30 minutes "
+               "(above 10 s: persistent high latency; docs/metrics.md).")
+
+#: Columns of ``summary.csv`` and of ``--csv``: the summary without its windows.
+CSV_SKIP = ("windows",)
+
 
 def run(
-    scenario: str = typer.Argument(..., help="Scenario name (see scenarios/) or a YAML file."),
+    scenario: str = typer.Argument(..., help="Scenario name (basin scenario list) or a YAML file."),
     system: Optional[list[str]] = typer.Option(None, "--system", "-s",
                                                 help="Control policy to run; repeat for several; 'all' "
                                                      "for every registered policy. Default: the scenario's "
@@ -24,46 +34,66 @@ def run(
     set_: Optional[list[str]] = typer.Option(None, "--set", help="Override a scenario field, "
                                                                  "e.g. --set surge.factor=2.0"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Override the scenario's seed."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Directory for Parquet tables and plots "
-                                                           "(default results/<scenario>)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Directory for Parquet tables, plots, summary.csv "
+                                                           "and provenance.json (default results/<scenario>)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON array, one object per system."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print the summary as CSV, one row per system."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots of the time series."),
 ) -> None:
     """Run the simulator on a scenario and report goodput, state and latency per system.
 
-    Example: basin run trap-1p1d --set surge.factor=2.0 --system hicache
+    The output folder gets one folder of tables per system, summary.csv and
+    provenance.json (the resolved scenario, parameters, cliff profile,
+    version and command); run folders of earlier commands there are removed.
+
+    Example: basin run trap-1p1d --set surge.factor=2.0 --system hicache --out results/trap
     """
-    from basin.errors import BasinInputError
+    from basin.experiments.compare import expand_systems
     from basin.experiments.plots import plot_cliff, plot_run_timeseries
-    from basin.experiments.runner import run_scenario
+    from basin.experiments.runner import check_runnable, provenance, remove_stale_runs, run_scenario, write_provenance
     from basin.experiments.scenario import load_scenario
     from basin.metrics.io import write_run
-    from basin.policy.registry import policy_names
 
+    if as_json and as_csv:
+        from basin.errors import BasinInputError
+
+        raise BasinInputError("--json and --csv both choose what is printed: give one")
     overrides = list(set_ or [])
     if seed is not None:
         overrides.append(f"seed={seed}")
     sc = load_scenario(scenario, overrides)
-    from basin.experiments.compare import expand_systems
-
-    systems = expand_systems(system or [sc.policy])  # 'all': every registered policy
-    unknown = [name for name in systems if name not in policy_names()]
-    if unknown:  # fail before any simulation
-        raise BasinInputError(f"unknown system(s) {', '.join(unknown)}: use one of {', '.join(policy_names())}")
+    systems = expand_systems(system or [sc.policy])  # 'all': every registered policy; unknown names refused
+    split, warnings = check_runnable(sc, systems)  # parameters, deployment, base rate: before any run
+    for line in split.notes:
+        _err.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
+    for line in warnings:
+        _err.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     out_dir = out or Path("results") / sc.name
+    quiet = as_json or as_csv
     runs = []
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  TimeElapsedColumn(), console=_err, transient=as_json) as progress:
+                  TimeElapsedColumn(), console=_err, transient=quiet) as progress:
         for name in systems:
             task = progress.add_task(f"{sc.name} / {name}", total=sc.duration_min * 60.0)
 
             def on_progress(t: float, task: TaskID = task) -> None:
                 progress.update(task, completed=t)
 
-            runs.append(run_scenario(sc, name, on_progress))
+            runs.append(run_scenario(sc, name, on_progress, params=dict(split.given[name])))
             progress.update(task, completed=sc.duration_min * 60.0)
+    removed = remove_stale_runs(out_dir, keep=[r.system for r in runs])
+    if removed:
+        _err.print(f"[yellow]note:[/] removed run folders of an earlier command from {out_dir}: "
+                   f"{', '.join(removed)}", highlight=False, soft_wrap=True)
     for r in runs:
         write_run(out_dir / r.system, r.result.calls, r.result.sessions, r.result.timeseries, r.summary)
+    rows = [_row(r) for r in runs]
+    (out_dir / "summary.csv").write_text(_csv(rows), encoding="utf-8")
+    write_provenance(out_dir, provenance(
+        [(scenario, sc, overrides)],
+        {r.system: {"policy_params": r.policy_params, "cliff_profile": r.cliff} for r in runs},
+        {"warnings": warnings, "notes": list(split.notes),
+         "outputs": {"runs": [r.system for r in runs], "summary_csv": "summary.csv"}}))
     if plots:
         shade = [(sc.surge.start_min, sc.surge.end_min)] if sc.trigger_min is not None else []
         plot_run_timeseries({r.system: r.result.timeseries for r in runs}, out_dir / "timeseries.png",
@@ -71,27 +101,47 @@ def run(
         plot_cliff({r.system: r.result.timeseries for r in runs}, out_dir / "cliff.png",
                    title=f"{sc.name}: hit rate against working set")
     if as_json:
-        print(json.dumps([_json_row(r.summary) for r in runs]))
+        print(json.dumps(rows))
         return
-    table = Table(title=f"scenario {sc.name}")
-    for col in ("system", "goodput/h", "completed", "shed", "state", "hit pre", "hit end",
+    if as_csv:
+        print(_csv(rows), end="")
+        return
+    table = Table(title=f"scenario {sc.name}", caption=L_LATE_NOTE, caption_justify="left")
+    width = max(len(r.system) for r in runs)
+    for col in ("system", "goodput/h", "completed", "shed", "state", "why", "hit pre", "hit end",
                 "TTFT end", "active end", "L_late"):
-        table.add_column(col, justify="right" if col != "system" else "left")
+        table.add_column(col, justify="left" if col in ("system", "state", "why") else "right",
+                         no_wrap=col != "why", min_width=width if col == "system" else None)
     for r in runs:
         s = r.summary
         table.add_row(s.system, _f(s.goodput_per_h, 1), _pct(s.completed_fraction), _pct(s.shed_fraction),
-                      s.state.value if hasattr(s.state, "value") else str(s.state),
+                      s.state.value if hasattr(s.state, "value") else str(s.state), s.state_reason,
                       _f(s.hit_rate_pre, 2), _f(s.hit_rate_final, 2), _f(s.ttft_p50_final_s, 2, "s"),
                       _f(s.active_sessions_final, 0), _f(s.l_late_s, 1, "s"))
     console = Console()
-    Console(width=max(console.width, 120)).print(table)
-    _err.print(f"tables and plots in {out_dir}")
+    Console(width=max(console.width, 140)).print(table)
+    _err.print(f"tables, plots, summary.csv and provenance.json in {out_dir}")
 
 
-def _json_row(summary) -> dict:
-    data = summary.to_dict()
+def _row(run: Any) -> dict[str, Any]:
+    """One system's JSON row: the summary without its windows, with what the policy ran with."""
+    data = run.summary.to_dict()
     data.pop("windows", None)
+    data["policy_params"] = run.policy_params
+    data["cliff_profile"] = run.cliff
     return data
+
+
+def _csv(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as CSV: nested values (parameters, profile) as JSON text."""
+    buf = io.StringIO()
+    fields = [k for k in rows[0] if k not in CSV_SKIP] if rows else []
+    writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else ("" if v is None else v)
+                         for k, v in row.items() if k in fields})
+    return buf.getvalue()
 
 
 def _f(x: float, digits: int, unit: str = "") -> str:

@@ -18,12 +18,17 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from basin.errors import BasinInputError
 from basin.experiments.pool import run_jobs
 from basin.jsonvalues import json_values
+from basin.plotting import save_figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 #: Display order (the paper's); systems registered later follow alphabetically.
 PAPER_ORDER = ("hicache", "thunderagent", "concur", "continuum", "crossflow", "composition", "basin-prior", "basin")
@@ -76,6 +81,18 @@ def describe(scenario_name: str, overrides: Sequence[str] = ()) -> ScenarioInfo:
     return ScenarioInfo(sc.name, dep.shape, kind, sc.duration_min, surge)
 
 
+@dataclass(frozen=True, slots=True)
+class CompareBin:
+    """One 5-minute bin of the time-series figure (Fig. 13)."""
+
+    #: Minute the bin starts at (it covers ``BIN_MIN`` minutes).
+    start_min: float
+    #: Share of prompt tokens served from the prefix cache, of calls whose first token falls in the bin.
+    hit_rate: float
+    #: Median wait, arrival to first token, of new sessions arriving in the bin.
+    first_token_wait_p50_s: float
+
+
 @dataclass(slots=True)
 class CompareRow:
     scenario: str
@@ -103,8 +120,8 @@ class CompareRow:
     goodput_by_seed: tuple[float, ...] = ()
     state_by_seed: tuple[str, ...] = ()
     borrowed_tokens: int = 0
-    #: 5-minute bins: (bin start minute, hit rate of calls, median new-session wait to first token).
-    bins: list[tuple[float, float, float]] = field(default_factory=list)
+    #: The 5-minute bins of Fig. 13, labelled.
+    bins: list[CompareBin] = field(default_factory=list)
 
 
 def _first_token_waits(calls: dict, sessions: dict, duration_s: float) -> tuple[np.ndarray, np.ndarray]:
@@ -123,14 +140,23 @@ def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else math.nan
 
 
-def run_one(job: tuple[str, tuple[str, ...], str, int]) -> dict[str, object]:
-    """One run; returns plain numbers (it crosses a process boundary)."""
-    from basin.experiments.runner import run_scenario
+def run_one(job: tuple[str, tuple[str, ...], str, int] | tuple[str, tuple[str, ...], str, int, str | None]
+            ) -> dict[str, object]:
+    """One run; returns plain numbers (it crosses a process boundary). A
+    fifth element of ``job`` is a folder for the run's tables (written here,
+    in the worker, so that no table crosses the boundary)."""
+    from basin.experiments.runner import params_for, run_scenario
     from basin.experiments.scenario import load_scenario
 
-    scenario, overrides, system, seed = job
+    scenario, overrides, system, seed = job[:4]
+    tables = job[4] if len(job) > 4 else None
     sc = load_scenario(scenario, [*overrides, f"seed={seed}"])
-    result = run_scenario(sc, system)
+    # The parameters this system has (run_compare checked them all before the first run).
+    result = run_scenario(sc, system, params=dict(params_for(sc, [system], strict=False).given[system]))
+    if tables is not None:
+        from basin.metrics.io import write_run
+
+        write_run(tables, result.result.calls, result.result.sessions, result.result.timeseries, result.summary)
     s = result.summary
     calls, sessions = result.result.calls, result.result.sessions
     arrivals, all_waits = _first_token_waits(calls, sessions, s.duration_s)
@@ -186,9 +212,9 @@ def aggregate(results: list[dict[str, object]], infos: dict[str, ScenarioInfo],
             n_bins = len(runs[0]["bins"])  # type: ignore[arg-type]
             bins = []
             for b in range(n_bins):
-                bins.append((runs[0]["bins"][b][0],  # type: ignore[index]
-                             _nanmean([r["bins"][b][1] for r in runs]),  # type: ignore[index]
-                             _nanmean([r["bins"][b][2] for r in runs])))  # type: ignore[index]
+                bins.append(CompareBin(runs[0]["bins"][b][0],  # type: ignore[index]
+                                       _nanmean([r["bins"][b][1] for r in runs]),  # type: ignore[index]
+                                       _nanmean([r["bins"][b][2] for r in runs])))  # type: ignore[index]
             rows.append(CompareRow(
                 scenario=sc, system=system, shape=info.shape, kind=info.kind,
                 seeds=tuple(int(r["seed"]) for r in runs),  # type: ignore[call-overload]
@@ -208,19 +234,44 @@ def aggregate(results: list[dict[str, object]], infos: dict[str, ScenarioInfo],
     return rows
 
 
+def run_folders(scenarios: Sequence[str]) -> dict[str, str]:
+    """A folder name per scenario argument: its name, made unique (two files
+    may share a name; a path is never a folder name)."""
+    from basin.experiments.scenario import load_scenario
+
+    out: dict[str, str] = {}
+    for arg in scenarios:
+        base = re.sub(r"[^A-Za-z0-9._-]+", "_", load_scenario(arg).name) or "scenario"
+        name, n = base, 2
+        while name in out.values():
+            name, n = f"{base}-{n}", n + 1
+        out[arg] = name
+    return out
+
+
 def run_compare(scenarios: Sequence[str], systems: Sequence[str], overrides: Sequence[str] = (),
                 seeds: Sequence[int] | None = None, workers: int | None = None,
-                progress: Callable[[int, int], None] | None = None) -> tuple[list[CompareRow], dict[str, ScenarioInfo]]:
-    """Run every system on every scenario (and seed) over a process pool."""
+                progress: Callable[[int, int], None] | None = None,
+                tables_dir: Path | None = None) -> tuple[list[CompareRow], dict[str, ScenarioInfo]]:
+    """Run every system on every scenario (and seed) over a process pool;
+    with ``tables_dir``, each run's tables go to
+    ``tables_dir/<scenario>/<system>/seed-<n>/``. Rows and infos are keyed by
+    the scenario as given (a name or a path)."""
+    from basin.experiments.runner import check_runnable
     from basin.experiments.scenario import load_scenario
 
     if not scenarios:
         raise BasinInputError("compare needs at least one scenario")
+    for name in scenarios:  # parameters and deployments of every scenario, before the first run
+        check_runnable(load_scenario(name, list(overrides)), systems)
     infos = {name: describe(name, overrides) for name in scenarios}
+    folders = run_folders(scenarios)
     jobs = []
     for name in scenarios:
         sc_seeds = list(seeds) if seeds else [load_scenario(name, list(overrides)).seed]
-        jobs += [(name, tuple(overrides), system, seed) for system in systems for seed in sc_seeds]
+        jobs += [(name, tuple(overrides), system, seed,
+                  None if tables_dir is None else str(tables_dir / folders[name] / system / f"seed-{seed}"))
+                 for system in systems for seed in sc_seeds]
     results = run_jobs(run_one, jobs, workers, progress)
     return aggregate(results, infos, systems), infos
 
@@ -228,6 +279,23 @@ def run_compare(scenarios: Sequence[str], systems: Sequence[str], overrides: Seq
 # ------------------------------------------------------------------ output
 def row_dicts(rows: Sequence[CompareRow]) -> list[dict[str, object]]:
     return [json_values(asdict(r)) for r in rows]
+
+
+def rows_csv(rows: Sequence[CompareRow]) -> str:
+    """The rows as CSV, one line per (scenario, system); the per-seed figures
+    joined by ``;`` and the bins left out (they are in compare.json)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    dicts = row_dicts(rows)
+    fields = [k for k in (dicts[0] if dicts else {}) if k != "bins"]
+    writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for d in dicts:
+        writer.writerow({k: ";".join(str(x) for x in v) if isinstance(v, list)
+                         else ("" if v is None else v) for k, v in d.items() if k in fields})
+    return buf.getvalue()
 
 
 def _fmt(x: float, digits: int = 0, unit: str = "") -> str:
@@ -289,10 +357,23 @@ def markdown(rows: Sequence[CompareRow], infos: dict[str, ScenarioInfo], command
     return "\n".join(lines).rstrip() + "\n"
 
 
+_DOC_PATTERN = re.compile(re.escape(DOC_BEGIN) + r".*?" + re.escape(DOC_END), re.S)
+
+
+def check_doc(doc: Path) -> None:
+    """Refuse, before any run, a ``--doc`` file that exists without the markers
+    (a missing file is created with them)."""
+    if doc.is_dir():
+        raise BasinInputError(f"--doc {doc}: is a folder; name a Markdown file")
+    if doc.exists() and not _DOC_PATTERN.search(doc.read_text(encoding="utf-8")):
+        raise BasinInputError(f"--doc {doc}: no '{DOC_BEGIN}' ... '{DOC_END}' markers to fill; add the two lines "
+                              "where the tables should go, or name a new file")
+
+
 def fill_doc(doc: Path, body: str) -> None:
     """Replace what lies between the compare markers of ``doc`` with ``body``."""
     text = doc.read_text(encoding="utf-8") if doc.exists() else f"{DOC_BEGIN}\n{DOC_END}\n"
-    pattern = re.compile(re.escape(DOC_BEGIN) + r".*?" + re.escape(DOC_END), re.S)
+    pattern = _DOC_PATTERN
     if not pattern.search(text):
         raise BasinInputError(f"{doc}: no '{DOC_BEGIN}' ... '{DOC_END}' markers to fill")
     doc.write_text(pattern.sub(lambda _: f"{DOC_BEGIN}\n{body}{DOC_END}", text), encoding="utf-8")
@@ -355,24 +436,30 @@ def plot_compare(rows: Sequence[CompareRow], out_png: str | os.PathLike[str]) ->
     handles.append(Line2D([], [], ls="", marker="s", color="0.6", markerfacecolor="0.88", ms=10,
                           label="worst scenario"))
     fig.legend(handles=handles, fontsize=8, ncols=len(handles), loc="outside upper center")
-    Path(out_png).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, format="png")
+    save_figure(fig, out_png)
 
 
-def plot_bins(rows: Sequence[CompareRow], info: ScenarioInfo, out_png: str | os.PathLike[str]) -> None:
+def plot_bins(rows: Sequence[CompareRow], info: ScenarioInfo, out_png: str | os.PathLike[str],
+              key: str | None = None) -> Figure:
     """Fig. 13 for one scenario: hit rate of calls and median new-session wait
-    (arrival to first token) in 5-minute bins, per system."""
+    (arrival to first token) in 5-minute bins, per system. ``key`` is the
+    scenario as the rows name it (the argument given: a name or a path);
+    default: the scenario's name."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(11.0, 4.0), layout="constrained", dpi=120)
     FigureCanvasAgg(fig)
     ax_h, ax_w = fig.subplots(1, 2)
-    for i, r in enumerate(r for r in rows if r.scenario == info.name):
-        t = np.array([b[0] + BIN_MIN / 2 for b in r.bins])
-        ax_h.plot(t, [b[1] for b in r.bins], color=f"C{i}", lw=1.4, label=r.system)
-        wait = np.array([b[2] for b in r.bins], dtype=float)
-        ax_w.plot(t, np.maximum(wait, 0.1), color=f"C{i}", lw=1.4, label=r.system)
+    key = info.name if key is None else key
+    mine = [r for r in rows if r.scenario == key]
+    if not mine:
+        raise ValueError(f"plot_bins: no rows of scenario '{key}' (rows name {sorted({r.scenario for r in rows})})")
+    for i, r in enumerate(mine):
+        t = np.array([b.start_min + BIN_MIN / 2 for b in r.bins])
+        ax_h.plot(t, [b.hit_rate for b in r.bins], color=f"C{i}", lw=1.4, marker="o", ms=3, label=r.system)
+        wait = np.array([b.first_token_wait_p50_s for b in r.bins], dtype=float)
+        ax_w.plot(t, np.maximum(wait, 0.1), color=f"C{i}", lw=1.4, marker="o", ms=3, label=r.system)
     for ax in (ax_h, ax_w):
         if info.surge:
             ax.axvspan(*info.surge, color="0.88", zorder=0)
@@ -384,5 +471,5 @@ def plot_bins(rows: Sequence[CompareRow], info: ScenarioInfo, out_png: str | os.
     ax_w.set_yscale("log")
     ax_w.legend(fontsize=8, ncols=2)
     fig.suptitle(f"{info.name}: {info.shape}, {info.kind}")
-    Path(out_png).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, format="png")
+    save_figure(fig, out_png)
+    return fig

@@ -157,11 +157,7 @@ def plot_profile(profile: CliffProfile, out_png: str | os.PathLike[str]) -> Path
     """Two panels: hit rate against ``W / C_eff`` per window with each ramp's
     fitted curve and the profile's (lower-quartile kappa); and per step the
     arrival rate, the settled completion rate and the active sessions."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(12.0, 4.8), dpi=120, layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = _new_figure(12.0, 4.8)
     ax_hit, ax_steps = fig.subplots(1, 2)
     x_max = 0.0
     for i, run in enumerate(profile.runs):
@@ -221,7 +217,4 @@ def plot_profile(profile: CliffProfile, out_png: str | os.PathLike[str]) -> Path
     host = (f"host {profile.host_ratio:g}x" if profile.host_ratio > 0 else "GPU-only")
     fig.suptitle(f"cliff profile: {profile.deployment} ({profile.prefill_instances}P{profile.decode_instances}D, "
                  f"{host}, {profile.router}), {profile.workload}, {profile.repeats} ramps")
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png")
-    return out
+    return _save(fig, out_png)

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import dataclasses
+import json
+import platform
+import shlex
+import shutil
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 from basin.catalog import Deployment, load_deployment, load_hardware, require_critical_rate, with_host_ratio
+from basin.catalog.files import close_names
 from basin.errors import BasinInputError
-from basin.experiments.scenario import Scenario, WorkloadSpec
+from basin.experiments.scenario import Scenario, WorkloadSpec, scenario_dict, scenario_path
+from basin.jsonvalues import json_value
 from basin.metrics.summary import RunSummary, summarize_run
+from basin.policy.basin import CliffSummary
+from basin.policy.params import PolicyParamError
+from basin.policy.registry import policy_class, policy_names
 from basin.sim.engine import Intervention, RunResult, SimConfig, Simulator, switch_refusal
-from basin.systems import RunContext, build_policy
+from basin.systems import BUILD_OPTIONS, RunContext, build_policy, cliff_summary
 from basin.workload.arrivals import PoissonSchedule, RateChange, Surge, draw_arrivals
 from basin.workload.presets import resolve_workload
 from basin.workload.records import Workload
@@ -23,6 +37,132 @@ class ScenarioRun:
     system: str
     result: RunResult
     summary: RunSummary
+    #: The policy's settings as it ran (every field, defaults included).
+    policy_params: dict[str, Any] = field(default_factory=dict)
+    #: BASIN's cliff profile as it was handed to the policy (None: not BASIN).
+    cliff: dict[str, Any] | None = None
+
+
+# ------------------------------------------------------- policy parameters
+def _accepted(system: str) -> tuple[str, ...]:
+    return policy_class(system).Params.names() + BUILD_OPTIONS.get(system, ())
+
+
+@dataclass(frozen=True, slots=True)
+class SystemParams:
+    """A scenario's ``policy_params`` split over the systems of a run."""
+
+    #: Per system, the parameters it is handed (the names it knows).
+    given: Mapping[str, Mapping[str, object]]
+    #: "policy_params.X applies to A, not to B" lines, for stderr.
+    notes: tuple[str, ...] = ()
+
+
+def params_for(scenario: Scenario, systems: Sequence[str], strict: bool = True) -> SystemParams:
+    """Hand each system the ``policy_params`` it has, checked for type and
+    range now (so a bad value stops the command before any run). ``strict``
+    refuses a parameter no system of the run has, naming the systems that do;
+    a parameter only some have is noted, never silently dropped."""
+    given = dict(scenario.policy_params)
+    per_system: dict[str, dict[str, object]] = {}
+    for system in systems:
+        accepted = _accepted(system)
+        mine = {k: v for k, v in given.items() if k in accepted}
+        options = BUILD_OPTIONS.get(system, ())
+        for name in options:
+            value = mine.get(name)
+            if value is not None and not isinstance(value, str):
+                raise PolicyParamError(system, name, f"expected text, got {value!r}")
+        try:
+            policy_class(system).Params.from_mapping({k: v for k, v in mine.items() if k not in options})
+        except PolicyParamError as exc:
+            if exc.policy == system or exc.field not in mine:
+                raise
+            # A shared parameter class (basin-prior's is basin's): name the system run.
+            raise PolicyParamError(system, exc.field, str(exc).split(": ", 1)[-1]) from None
+        per_system[system] = mine
+    notes = []
+    for name in given:
+        having = [s for s in systems if name in per_system[s]]
+        if having and len(having) < len(systems):
+            others = [s for s in systems if s not in having]
+            notes.append(f"policy_params.{name} applies to {', '.join(having)}; "
+                         f"{', '.join(others)} {'has' if len(others) == 1 else 'have'} no such parameter")
+        if not having and strict:
+            owners = [s for s in policy_names() if name in _accepted(s)]
+            if owners:
+                fix = f"it is a parameter of {', '.join(owners)}: run one with --system {owners[0]}"
+            else:
+                every = sorted({n for s in systems for n in _accepted(s)})
+                close = close_names(name, every)
+                fix = ((f"did you mean {' or '.join(close)}? " if close else "")
+                       + f"parameters of {', '.join(systems)}: {', '.join(every) or '(none)'}")
+            raise BasinInputError(f"policy_params.{name}: no system of this run ({', '.join(systems)}) has "
+                                  f"such a parameter; {fix}")
+    return SystemParams(per_system, tuple(notes))
+
+
+def resolved_params(system: str, params: Mapping[str, object]) -> dict[str, Any]:
+    """Every setting ``system`` runs with (defaults filled in), as plain data."""
+    options = BUILD_OPTIONS.get(system, ())
+    built = policy_class(system).Params.from_mapping({k: v for k, v in params.items() if k not in options})
+    data: dict[str, Any] = {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) and not isinstance(v, type)
+                                else v) for k, v in built.as_dict().items()}
+    data.update({k: params[k] for k in options if k in params})
+    return data
+
+
+# ------------------------------------------------------- BASIN's profile
+def cliff_used(scenario: Scenario, system: str, params: Mapping[str, object]) -> tuple[dict[str, Any] | None,
+                                                                                         str | None]:
+    """Which cliff profile BASIN (or basin-prior) reads for this scenario, with
+    its kappa and rate, and a warning when it is not this deployment's,
+    cache tier's and workload's own (a fallback would otherwise go unseen)."""
+    if "profile" not in BUILD_OPTIONS.get(system, ()):
+        return None, None
+    from basin.catalog.cliff_profiles import default_profile_path
+
+    dep = deployment_for(scenario)
+    context = RunContext(deployment=dep, workload=scenario.workload.name, host_ratio=scenario.host_ratio)
+    chosen = params.get("profile")
+    summary = cliff_summary(context, chosen if isinstance(chosen, str) else None)
+    info: dict[str, Any] = {"origin": summary.origin, "kappa": summary.kappa, "x_knee": summary.x_knee,
+                            "lambda_c_per_min": summary.lambda_c_per_min}
+    if chosen is not None:
+        return info, None
+    own = default_profile_path(dep.name, workload=scenario.workload.name, host_ratio=scenario.host_ratio)
+    tier = "GPU-only" if dep.host_ratio == 0 else f"host tier {dep.host_ratio:g}x"
+    if summary.origin == str(own):
+        return info, None
+    fix = (f"profile it with `basin profile {scenario.deployment} --host-ratio {dep.host_ratio:g} "
+           f"--workload {scenario.workload.name} --out FILE` and pass --set policy_params.profile=FILE")
+    if Path(summary.origin).is_file():
+        warning = (f"{system}: no cliff profile for {dep.name} ({tier}) with workload {scenario.workload.name} "
+                   f"(looked for {own.name}); using {Path(summary.origin).name} (kappa {summary.kappa:.2f}, "
+                   f"lambda_c {summary.lambda_c_per_min:.2f}/min); {fix}")
+    else:
+        rate = (f"critical rate {summary.lambda_c_per_min:.2f}/min" if summary.lambda_c_per_min != float("inf")
+                else "no shedding rate")
+        warning = (f"{system}: no cliff profile for {dep.name} ({tier}) with workload {scenario.workload.name} "
+                   f"(looked for {own.name}); using the reference curve, kappa {summary.kappa:g}, and {rate} "
+                   f"({summary.origin}); {fix}")
+    return info, warning
+
+
+def check_runnable(scenario: Scenario, systems: Sequence[str], strict: bool = True) -> tuple[SystemParams,
+                                                                                             list[str]]:
+    """Everything that can be checked without simulating, done before any
+    run: the deployment and its hardware, the base rate, every system's
+    parameters. Returns the split parameters and the warnings to show."""
+    dep = deployment_for(scenario)
+    load_hardware(dep.hardware)
+    base_rate_per_min(scenario, dep)
+    for iv in scenario.interventions:
+        if iv.switch_policy is not None:
+            policy_class(iv.switch_policy)  # an unknown name, refused now rather than at the switch's build
+    split = params_for(scenario, systems, strict)
+    warnings = [w for s in systems if (w := cliff_used(scenario, s, split.given[s])[1]) is not None]
+    return split, warnings
 
 
 def build_workload(spec: WorkloadSpec, seed: int) -> Workload:
@@ -75,7 +215,7 @@ def run_scenario(scenario: Scenario, system: str | None = None,
     with its ``policy_params``; ``params`` replaces them)."""
     system = system or scenario.policy
     if params is None:
-        params = scenario.policy_params if system == scenario.policy else {}
+        params = dict(params_for(scenario, [system]).given[system])
     dep = deployment_for(scenario)
     hardware = load_hardware(dep.hardware)
     context = RunContext(deployment=dep, workload=scenario.workload.name, hardware=hardware,
@@ -122,4 +262,59 @@ def run_scenario(scenario: Scenario, system: str | None = None,
         measure_end_s=scenario.measure_end_min * 60.0,
         itl_slo_s=hardware.itl_slo_s,
     )
-    return ScenarioRun(scenario, system, result, summary)
+    cliff = getattr(policy, "cliff", None)
+    cliff_info = dataclasses.asdict(cliff) if isinstance(cliff, CliffSummary) else None
+    return ScenarioRun(scenario, system, result, summary, resolved_params(system, params), cliff_info)
+
+
+# -------------------------------------------------------------- provenance
+PROVENANCE_FILE = "provenance.json"
+#: What marks a folder as one run's tables (so only such folders are ever removed).
+RUN_MARKERS = ("summary.json", "calls.parquet")
+
+
+def command_line() -> str:
+    """The command as typed (``basin ...``), for the record."""
+    return " ".join(["basin", *(shlex.quote(a) for a in sys.argv[1:])])
+
+
+def provenance(scenarios: Sequence[tuple[str, Scenario, Sequence[str]]], systems: Mapping[str, Any],
+               extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What an output folder was made from: each scenario as resolved (after
+    overrides) with its file and overrides, every system's settings and
+    cliff profile, the package version and the command line."""
+    import basin
+
+    data: dict[str, Any] = {
+        "basin_serve_version": basin.__version__,
+        "command": command_line(),
+        "working_directory": str(Path.cwd()),
+        "python": platform.python_version(),
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "scenarios": [{"argument": arg, "file": str(scenario_path(arg).resolve()), "overrides": list(overrides),
+                       "seed": sc.seed, "resolved": scenario_dict(sc)} for arg, sc, overrides in scenarios],
+        "systems": dict(systems),
+    }
+    data.update(extra or {})
+    return data
+
+
+def write_provenance(out_dir: Path, data: Mapping[str, Any]) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / PROVENANCE_FILE
+    path.write_text(json.dumps(json_value(dict(data)), indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def remove_stale_runs(out_dir: Path, keep: Sequence[str]) -> list[str]:
+    """Remove run folders of earlier commands from ``out_dir`` (only folders
+    holding a run's tables, never anything else), so that what lies beside a
+    new run's provenance is that run's. Returns the names removed."""
+    removed: list[str] = []
+    if not out_dir.is_dir():
+        return removed
+    for child in sorted(out_dir.iterdir()):
+        if child.is_dir() and child.name not in keep and any((child / m).exists() for m in RUN_MARKERS):
+            shutil.rmtree(child)
+            removed.append(child.name)
+    return removed

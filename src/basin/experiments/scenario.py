@@ -3,11 +3,22 @@
 A scenario names a deployment, a workload and its transforms, the arrival
 process (base rate, surge, rate changes, warm start), the run's length and
 measurement window, interventions, the control policy and the seed. Any field
-can be overridden from the command line with ``--set key.path=value``.
+can be overridden from the command line with ``--set key.path=value``; a key
+the schema does not have is refused with the valid ones. The base rate is
+either ``arrivals.base_per_min`` or ``arrivals.base_fraction_of_critical``:
+setting one with ``--set`` clears the other.
+
+Relative file paths inside a scenario file (a workload file, a deployment
+file, BASIN's ``policy_params.profile`` or ``predictor: ridge:FILE``) are read
+relative to that file, so a scenario works from any directory; paths given
+with ``--set`` are relative to the working directory, like any command-line
+path.
 """
 
 from __future__ import annotations
 
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +26,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from basin.catalog import RouterName
+from basin.catalog.files import close_names
 from basin.errors import BasinInputError
 from basin.paths import SCENARIO_DIR
-from basin.yamlfile import validation_message
 
 
 class _Model(BaseModel):
@@ -110,9 +121,23 @@ class Scenario(_Model):
     engine: EngineSpec = EngineSpec()
     seed: int = 0
 
+    @model_validator(mode="after")
+    def _window_inside_run(self) -> Scenario:
+        # Caught here, not after a run that could not be measured.
+        if self.measure_end_min > self.duration_min:
+            raise ValueError(f"measure_end_min ({self.measure_end_min:g}) is after the run's end, duration_min "
+                             f"({self.duration_min:g}); set measure_end_min to at most duration_min, e.g. "
+                             f"--set measure_end_min={0.75 * self.duration_min:g}")
+        return self
+
     @property
     def trigger_min(self) -> float | None:
         return self.surge.start_min if self.surge.factor != 1.0 else None
+
+
+def scenario_names() -> list[str]:
+    """The shipped scenarios, by name."""
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml")) if SCENARIO_DIR.is_dir() else []
 
 
 def scenario_path(name_or_path: str) -> Path:
@@ -124,8 +149,19 @@ def scenario_path(name_or_path: str) -> Path:
     candidate = SCENARIO_DIR / f"{name_or_path}.yaml"
     if candidate.exists():
         return candidate
-    known = ", ".join(sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml")))
-    raise BasinInputError(f"unknown scenario '{name_or_path}': use one of {known} or a path to a YAML file")
+    known = scenario_names()
+    if not known:
+        raise BasinInputError(f"unknown scenario '{name_or_path}': no shipped scenarios found in {SCENARIO_DIR} "
+                              "(a broken install?); give a path to a YAML file")
+    close = close_names(name_or_path, known)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    raise BasinInputError(f"unknown scenario '{name_or_path}': {hint}use one of {', '.join(known)} "
+                          "or a path to a YAML file")
+
+
+# ---------------------------------------------------------------- overrides
+#: The two ways of giving the base rate; ``--set`` of one clears the other.
+_BASE_RATE_KEYS = ("arrivals.base_per_min", "arrivals.base_fraction_of_critical")
 
 
 def _parse_set(item: str) -> tuple[list[str], Any]:
@@ -136,12 +172,56 @@ def _parse_set(item: str) -> tuple[list[str], Any]:
         value = yaml.safe_load(raw) if raw != "" else ""
     except yaml.YAMLError:
         value = raw
-    return key.strip().split("."), value
+    path = key.strip().split(".")
+    if not all(path):
+        raise BasinInputError(f"--set '{item}': '{key.strip()}' is not a field path; write e.g. surge.factor=2.0")
+    return path, value
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds (``WorkloadSpec | None`` gives WorkloadSpec), or None."""
+    options = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+        else (annotation,)
+    for option in options:
+        if isinstance(option, type) and issubclass(option, BaseModel):
+            return option
+    return None
+
+
+def _is_mapping(annotation: Any) -> bool:
+    return typing.get_origin(annotation) is dict or annotation is dict
+
+
+def check_key(path: list[str], item: str) -> None:
+    """Refuse a ``--set`` key that names no field, listing the fields there
+    (the schema is the authority, so the message never blames the file)."""
+    model: type[BaseModel] = Scenario
+    for i, part in enumerate(path):
+        fields = model.model_fields
+        here = ".".join(path[:i])
+        if part not in fields:
+            known = sorted(fields)
+            close = close_names(part, known)
+            hint = f"; did you mean {' or '.join('.'.join([*path[:i], c]) for c in close)}?" if close else ""
+            raise BasinInputError(f"--set '{item}': a scenario has no field '{'.'.join(path[: i + 1])}'{hint} "
+                                  f"(fields {'of ' + here if here else 'at the top'}: {', '.join(known)})")
+        annotation = fields[part].annotation
+        if i == len(path) - 1 or _is_mapping(annotation):
+            return  # the last part, or a free mapping such as policy_params
+        sub = _section_model(annotation)
+        if sub is None:
+            name = ".".join(path[: i + 1])
+            raise BasinInputError(f"--set '{item}': '{name}' is a single value or a list, not a section; "
+                                  f"set it whole, e.g. --set {name}=VALUE")
+        model = sub
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``data`` with each ``key.path=value`` applied (values read as YAML)."""
+    keys: list[str] = []
     for item in overrides:
         path, value = _parse_set(item)
+        check_key(path, item)
         node = data
         for part in path[:-1]:
             nxt = node.get(part)
@@ -152,10 +232,106 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 raise BasinInputError(f"--set '{item}': '{part}' is not a section of the scenario")
             node = nxt
         node[path[-1]] = value
+        keys.append(".".join(path))
+    arrivals = data.get("arrivals")
+    if isinstance(arrivals, dict):
+        for mine, other in (_BASE_RATE_KEYS, _BASE_RATE_KEYS[::-1]):
+            if mine in keys and other not in keys and arrivals.get(mine.split(".")[1]) is not None:
+                arrivals.pop(other.split(".")[1], None)  # setting one way of giving the rate clears the other
     return data
 
 
+# ------------------------------------------------------ paths in the file
+#: Suffixes that make a value a file path rather than a name.
+_FILE_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl", ".gz", ".parquet", ".csv", ".joblib", ".npz")
+
+
+def _looks_like_path(value: object) -> bool:
+    return isinstance(value, str) and bool(value) and (
+        "/" in value or "\\" in value or value.lower().endswith(_FILE_SUFFIXES))
+
+
+def _anchored(value: str, base: Path) -> str:
+    path = Path(value).expanduser()
+    return value if path.is_absolute() else str((base / path).resolve())
+
+
+def resolve_file_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Relative file paths of a scenario file made relative to ``base`` (its folder)."""
+    if _looks_like_path(data.get("deployment")):
+        data["deployment"] = _anchored(data["deployment"], base)
+    for section in (data.get("workload"), (data.get("arrivals") or {}).get("burst_workload")):
+        if isinstance(section, dict) and _looks_like_path(section.get("name")):
+            section["name"] = _anchored(section["name"], base)
+    params = data.get("policy_params")
+    if isinstance(params, dict):
+        if _looks_like_path(params.get("profile")):
+            params["profile"] = _anchored(params["profile"], base)
+        predictor = params.get("predictor")
+        if isinstance(predictor, str) and predictor.lower().startswith("ridge:") and _looks_like_path(predictor[6:]):
+            params["predictor"] = "ridge:" + _anchored(predictor[6:], base)
+    return data
+
+
+# ----------------------------------------------------------------- errors
+def _problem(err: Any) -> str:
+    """Pydantic's error as the plain words of this project."""
+    kind, ctx = err["type"], err.get("ctx") or {}
+    words = {
+        "float_parsing": "expected a number", "float_type": "expected a number",
+        "int_parsing": "expected a whole number", "int_type": "expected a whole number",
+        "int_from_float": "expected a whole number", "bool_parsing": "expected true or false",
+        "bool_type": "expected true or false", "string_type": "expected text",
+        "missing": "required, but not given", "extra_forbidden": "not a field here",
+        "model_type": "expected a section of fields (key: value lines)",
+        "dict_type": "expected a section of fields (key: value lines)",
+        "tuple_type": "expected a list", "list_type": "expected a list",
+    }
+    if kind in words:
+        return words[kind]
+    bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
+    if kind in bounds:
+        op = bounds[kind]
+        return f"must be {op} {ctx[{'>': 'gt', '>=': 'ge', '<': 'lt', '<=': 'le'}[op]]}"
+    if kind == "literal_error":
+        return f"expected one of {ctx.get('expected')}"
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
+def _error_lines(path: Path, overrides: list[str], exc: ValidationError) -> str:
+    """One line per problem: the ``--set`` that caused it where one did, else
+    the file, then the field and what it expects (with the valid fields for a
+    misspelt one)."""
+    given = {".".join(_parse_set(item)[0]): item for item in overrides}
+    lines = []
+    for err in exc.errors():
+        parts = [str(p) for p in err["loc"]]
+        loc = ".".join(parts) or "(top level)"
+        source = next((f"--set '{given[k]}'" for k in given
+                       if loc == k or loc.startswith(k + ".") or k.startswith(loc + ".")), str(path))
+        got = err.get("input")
+        shown = "" if isinstance(got, dict) or err["type"] in ("missing", "extra_forbidden") else f" (got {got!r})"
+        problem = _problem(err)
+        if err["type"] == "extra_forbidden":
+            model: type[BaseModel] | None = Scenario
+            for part in parts[:-1]:
+                annotation = model.model_fields[part].annotation if model and part in model.model_fields else None
+                model = _section_model(annotation)
+            if model is not None:
+                known = sorted(model.model_fields)
+                close = close_names(parts[-1], known)
+                problem += (f"; did you mean {' or '.join(close)}?" if close else "") + f" (fields: {', '.join(known)})"
+        if not parts:  # a rule across fields (the measurement window): the file as overridden
+            source = str(path) + (f" with {' '.join(f'--set {o}' for o in overrides)}" if overrides else "")
+            lines.append(f"{source}: {problem}")
+            continue
+        lines.append(f"{source}: field '{loc}': {problem}{shown}")
+    return "\n".join(lines)
+
+
 def load_scenario(name_or_path: str, overrides: list[str] | None = None) -> Scenario:
+    """The scenario a name or file stands for, with ``overrides`` applied and
+    everything checked (schema, ranges, measurement window) before any run."""
     path = scenario_path(name_or_path)
     try:
         with open(path, encoding="utf-8") as fh:
@@ -164,9 +340,15 @@ def load_scenario(name_or_path: str, overrides: list[str] | None = None) -> Scen
         raise BasinInputError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(data, dict):
         raise BasinInputError(f"{path}: expected a mapping of scenario fields at the top level")
-    data = apply_overrides(data, list(overrides or []))
+    data = resolve_file_paths(data, path.resolve().parent)
+    overrides = list(overrides or [])
+    data = apply_overrides(data, overrides)
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
-        raise BasinInputError(validation_message(path, exc)) from None
+        raise BasinInputError(_error_lines(path, overrides, exc)) from None
 
+
+def scenario_dict(scenario: Scenario) -> dict[str, Any]:
+    """The scenario as plain data (what a run ran with, for provenance)."""
+    return scenario.model_dump(mode="json")
