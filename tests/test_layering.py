@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "basin"
 
 #: Modules at the base of the package, free for every part to import but the
 #: policy core, which may import only ``errors`` of them.
-BASE = {"errors", "paths", "jsonvalues", "yamlfile", "plotting"}
+BASE = {"errors", "paths", "jsonvalues", "yamlfile", "plotting", "diskcache"}
 
 #: Part of the package -> the parts it may import (besides itself and BASE).
 ALLOWED: dict[str, set[str]] = {
@@ -30,6 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "emulate": {"catalog", "policy", "predict", "metrics", "sim", "systems", "workload"},
     "cli": {"catalog", "policy", "predict", "model", "metrics", "sim", "systems", "workload", "experiments",
             "gateway", "emulate"},
+    "__main__": {"cli"},  # `python -m basin`: the command, nothing else
 }
 for _base in BASE:
     ALLOWED[_base] = set()

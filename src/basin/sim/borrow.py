@@ -45,6 +45,7 @@ nothing is borrowed).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Mapping, Sequence
@@ -116,8 +117,8 @@ class PrefillBorrower:
         lin = 1.0 / self.profile.linear_tokens_per_s
         att = self.profile.attention_s_per_token_position
         b = lin + att * position
-        k = slack / b if att <= 0 else (-b + math.sqrt(b * b + 2.0 * att * slack)) / att
-        k = min(int(k), room)
+        k_exact = slack / b if att <= 0 else (-b + math.sqrt(b * b + 2.0 * att * slack)) / att
+        k = min(int(k_exact), room)
         if k >= remaining:
             return remaining
         k -= k % cfg.granularity_tokens
@@ -184,7 +185,8 @@ class PrefillBorrower:
             if req is None:
                 return False
             assert req.prefill is not None
-            cached = req.prefill.cache.peek(req.key)
+            session = req.session
+            cached = req.prefill.cache.peek(req.key, session.cursor if session.key is req.key else None)
             if self.chunk_tokens(step_s, batch, cached, req.prompt - cached) <= 0:
                 return False
             if not self._start(req):
@@ -272,11 +274,8 @@ class Borrowing:
             dec.borrower.queued(req)
 
     def stats(self) -> dict[str, int]:
-        out = BorrowStats()
-        for b in self.borrowers:
-            for name in out.__dataclass_fields__:
-                setattr(out, name, getattr(out, name) + getattr(b.stats, name))
-        return dict(out.__dict__)
+        names = [f.name for f in dataclasses.fields(BorrowStats)]
+        return {name: sum(getattr(b.stats, name) for b in self.borrowers) for name in names}
 
 
 def attach_borrowing(decodes: Sequence[DecodeInstance], profile: PrefillProfile, itl_slo_s: float,

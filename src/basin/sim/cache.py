@@ -92,10 +92,33 @@ class MatchResult:
     host_tokens: int
     device_node: _Node
     last_node: _Node
+    #: Index of the key's piece each end lies in (-1: not tracked), so that
+    #: the insert after the request's prefill can resume from an end.
+    device_piece: int = -1
+    last_piece: int = -1
 
     @property
     def total_tokens(self) -> int:
         return self.device_tokens + self.host_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class KeyCursor:
+    """Where a key's walk through one cache ended: a node in the tree whose
+    path is the key's first ``tokens`` tokens, ending inside piece ``piece``.
+
+    Keys hold no empty pieces (a walk stops at one). A session's next prompt
+    extends its previous one, so a walk over the next
+    key can start at the cursor instead of the root: a call then costs the
+    pieces it adds, not all the pieces of the conversation. The caller
+    guarantees the extension (a session drops its cursor when its key is
+    rebuilt); the cache checks that the node is still in its tree.
+    """
+
+    cache: RadixCache
+    node: _Node
+    piece: int
+    tokens: int
 
 
 @dataclass(slots=True)
@@ -164,25 +187,47 @@ class RadixCache:
         return n_tokens - n_tokens % self.page
 
     # ----------------------------------------------------------------- match
-    def match(self, key: Key, now: float) -> MatchResult:
+    def match(self, key: Key, now: float, cursor: KeyCursor | None = None,
+              key_tokens: int | None = None) -> MatchResult:
         """Longest cached prefix of ``key``, by tier.
 
         Only whole pages are matched (the query is cut to a page multiple);
         where two keys diverge inside a page the match stops at the
         divergence. Stamps the path's eviction candidates with ``now`` and
         splits a node when the match ends inside it, as a radix tree does.
+        ``cursor`` (a walk of a key that ``key`` extends) lets the walk start
+        part-way; ``key_tokens`` is the key's length when the caller knows it.
+        The result is the same either way.
         """
-        total = self._key_tokens(key)
+        total = self._key_tokens(key) if key_tokens is None else key_tokens
         limit = total - total % self.page
         node = self.root
         matched = 0
-        device_node, device_matched = node, 0
-        state_node, state_matched = node, 0
-        for chunk, n in key:
-            n = min(n, limit - matched)
+        first = 0
+        offset = 0
+        device_node, device_matched, device_piece = node, 0, 0
+        state_node, state_matched, state_piece = node, 0, 0
+        last_piece = 0
+        start = self._resume(cursor)
+        if start is not None:
+            node, first, matched = start, cursor.piece, cursor.tokens  # type: ignore[union-attr]
+            offset = node.start + node.length
+            last_piece = first
+            if node.on_device:
+                device_node, device_matched, device_piece = node, matched, first
+            else:
+                # Its ancestors down to the device frontier are on the host
+                # tier only (TREE: a device node's ancestors are on device).
+                d, dm = node, matched
+                while not d.on_device:
+                    dm -= d.length
+                    d = d.parent  # type: ignore[assignment]
+                device_node, device_matched, device_piece = d, dm, -1
+        for i in range(first, len(key)):
+            chunk, n = key[i]
+            n = min(n, limit - matched + offset)
             if n <= 0:
                 break
-            offset = 0
             while offset < n:
                 child = node.children.get((chunk, offset))
                 if child is None:
@@ -190,34 +235,40 @@ class RadixCache:
                 if n - offset < child.length:
                     child = self._split(child, n - offset)
                 node = child
+                last_piece = i
                 offset += child.length
                 matched += child.length
                 if child.on_device:
-                    device_node, device_matched = child, matched
+                    device_node, device_matched, device_piece = child, matched, i
                 if child.has_state:
-                    state_node, state_matched = child, matched
+                    state_node, state_matched, state_piece = child, matched, i
             if offset < n:
                 break
+            offset = 0
         if self.state_slots is not None and state_matched < matched:
             # A hybrid model resumes only from a node that kept its recurrent
             # state; tokens past it are recomputed.
-            node, matched = state_node, state_matched
+            node, matched, last_piece = state_node, state_matched, state_piece
             if device_matched > matched:
-                device_node, device_matched = node, matched
+                device_node, device_matched, device_piece = node, matched, last_piece
         if matched % self.page:
             # The keys diverged inside a page: only whole pages are reusable.
             target = matched - matched % self.page
             while matched - node.length >= target:
                 matched -= node.length
+                if node.start == 0:
+                    # The node began its piece: its parent ends the previous
+                    # one (keys hold no empty pieces).
+                    last_piece -= 1
                 node = node.parent  # type: ignore[assignment]
             if matched > target:
                 node = self._split(node, node.length - (matched - target))
                 matched = target
             if device_matched > matched:
-                device_node, device_matched = node, matched
+                device_node, device_matched, device_piece = node, matched, last_piece
         host_matched = matched - device_matched
         if 0 < host_matched < self.load_threshold:
-            node, host_matched = device_node, 0
+            node, host_matched, last_piece = device_node, 0, device_piece
         node.last_access = now
         self._push_candidate(node)
         if device_node is not node:
@@ -227,15 +278,30 @@ class RadixCache:
         st.queried_tokens += total
         st.matched_device_tokens += device_matched
         st.matched_host_tokens += host_matched
-        return MatchResult(device_matched, host_matched, device_node, node)
+        return MatchResult(device_matched, host_matched, device_node, node, device_piece, last_piece)
 
-    def peek(self, key: Key) -> int:
+    def _resume(self, cursor: KeyCursor | None) -> _Node | None:
+        """The cursor's node when a walk may start there: it belongs to this
+        cache and is still in the tree (hybrid models always walk from the
+        root, since their match depends on states along the whole path)."""
+        if cursor is None or cursor.cache is not self or self.state_slots is not None:
+            return None
+        node = cursor.node
+        return node if node.parent is not None else None
+
+    def peek(self, key: Key, cursor: KeyCursor | None = None) -> int:
         """Cached tokens (any tier) of ``key``'s prefix, without side effects
         (routers compare instances with it)."""
         node = self.root
         matched = 0
-        for chunk, n in key:
-            offset = 0
+        first = 0
+        offset = 0
+        start = self._resume(cursor)
+        if start is not None:
+            node, first, matched = start, cursor.piece, cursor.tokens  # type: ignore[union-attr]
+            offset = node.start + node.length
+        for i in range(first, len(key)):
+            chunk, n = key[i]
             while offset < n:
                 child = node.children.get((chunk, offset))
                 if child is None:
@@ -246,6 +312,7 @@ class RadixCache:
                     return matched
                 offset += step
                 node = child
+            offset = 0
         return matched
 
     def _split(self, node: _Node, head_len: int) -> _Node:
@@ -337,22 +404,41 @@ class RadixCache:
         return loaded
 
     # --------------------------------------------------------------- insert
-    def insert(self, key: Key, now: float, allocated_tokens: int) -> None:
+    def insert(self, key: Key, now: float, allocated_tokens: int, match: MatchResult | None = None,
+               key_tokens: int | None = None) -> KeyCursor | None:
         """Cache a finished prefill's prompt (page-aligned).
 
         ``allocated_tokens`` is the in-flight allocation made for it: it turns
         into cached blocks where the key was not cached yet, and the rest
-        (duplicates and the unaligned tail) is freed.
+        (duplicates and the unaligned tail) is freed. ``match`` (the locked
+        match the prefill ran with) lets the walk start at its deepest
+        device-resident end. Returns a cursor at the key's end for the
+        session's next walk (None for an empty key).
         """
-        limit = self.page_align(self._key_tokens(key))
+        total = self._key_tokens(key) if key_tokens is None else key_tokens
+        limit = total - total % self.page
         node = self.root
         pos = 0
+        first = 0
+        offset = 0
+        if match is not None:
+            # Both ends are locked, so in the tree; a device-resident end's
+            # ancestors are device-resident, so the walk above it would
+            # change nothing.
+            last = match.last_node
+            if match.last_piece >= 0 and last.on_device and last is not self.root:
+                node, first, pos = last, match.last_piece, match.device_tokens + match.host_tokens
+            elif match.device_piece >= 0 and match.device_node is not self.root:
+                node, first, pos = match.device_node, match.device_piece, match.device_tokens
+            if node is not self.root:
+                offset = node.start + node.length
         new_device = 0
-        for chunk, n in key:
+        piece = first
+        for i in range(first, len(key)):
             if pos >= limit:
                 break
-            n = min(n, limit - pos)
-            offset = 0
+            chunk, n = key[i]
+            n = min(n, limit - pos + offset)
             while offset < n:
                 child = node.children.get((chunk, offset))
                 take = n - offset
@@ -369,6 +455,8 @@ class RadixCache:
                 offset += child.length
                 pos += child.length
                 node = child
+                piece = i
+            offset = 0
         # Convert the allocation into cached blocks.
         self.inflight -= allocated_tokens
         if self.inflight < 0:
@@ -384,6 +472,7 @@ class RadixCache:
         if self.state_slots is not None and not node.has_state:
             self._take_state(node, now)
         self._push_candidate(node)
+        return KeyCursor(self, node, piece, pos) if node is not self.root else None
 
     def _write_through(self, node: _Node) -> None:
         """Back up a newly cached path on the host (HiCache write-through)."""

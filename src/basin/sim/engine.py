@@ -182,7 +182,7 @@ class Simulator:
             starts.append((residual - gap, residual, s))
         for last_touch, _, s in sorted(starts, key=lambda x: (x[0], x[2].uid)):
             if s.key:
-                self.prefills[s.uid % len(self.prefills)].cache.insert(s.key, last_touch, 0)
+                s.cursor = self.prefills[s.uid % len(self.prefills)].cache.insert(s.key, last_touch, 0)
         self.driver.attach([(self._info(s), s.context_tokens) for s in warm], 0.0)
         for _, residual, s in starts:
             s.admitted_s = 0.0
@@ -249,8 +249,7 @@ class Simulator:
         now = self.loop.now
         self._unpin(s)
         k = s.next_call
-        key = s.prompt_key(k)
-        s.key = key
+        key = s.advance_key(k)
         self._req_seq += 1
         req = Request(s, k, key, self._req_seq, now)
         if first:
@@ -354,13 +353,13 @@ class Simulator:
         s = self.sessions[uid]
         if s.last_prefill < 0 or not s.key:
             return False
-        return self.prefills[s.last_prefill].cache.peek(s.key) >= tokens
+        return self.prefills[s.last_prefill].cache.peek(s.key, s.cursor) >= tokens
 
     # ------------------------------------------------------------ TTL pins
     def _pin(self, s: SessionState, req: Request, pin_s: float) -> None:
         assert req.prefill is not None
         cache = req.prefill.cache
-        m = cache.match(req.key, self.loop.now)
+        m = cache.match(req.key, self.loop.now, s.cursor if s.key is req.key else None, req.prompt)
         cache.lock(m)
         s.pin = m
         s.pin_instance = req.prefill

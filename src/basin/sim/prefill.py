@@ -67,7 +67,7 @@ class PrefillInstance:
                 f"prefill {self.index}: a prompt of {req.prompt} tokens (session {req.session.uid}, "
                 f"call {req.call_index}) exceeds the {self.cache.device_capacity}-token pool")
         req.prefill = self
-        m = self.cache.match(req.key, self.loop.now)
+        m = self.cache.match(req.key, self.loop.now, req.session.cursor, req.prompt)
         self.cache.lock(m)
         req.match = m
         heapq.heappush(self.queue, (self._sort_key(req), req.seq, req))
@@ -109,7 +109,7 @@ class PrefillInstance:
         cache = self.cache
         m = req.match
         if m is None:
-            m = cache.match(req.key, now)
+            m = cache.match(req.key, now, req.session.cursor, req.prompt)
             cache.lock(m)
             req.match = m
         host = cache.load_back(m) if m.host_tokens else 0
@@ -236,7 +236,10 @@ class PrefillInstance:
         m = req.match
         if m is None:
             return
-        self.cache.insert(req.key, now, req.alloc)
+        cursor = self.cache.insert(req.key, now, req.alloc, m, req.prompt)
+        session = req.session
+        if session.key is req.key:
+            session.cursor = cursor
         self.cache.unlock(m)
         req.match = None
         req.alloc = 0

@@ -41,7 +41,8 @@ def choose_prefill(router: str, instances: Sequence[PrefillInstance], req: Reque
     lo, hi = min(loads), max(loads)
     if hi - lo > BALANCE_ABS_REQUESTS and hi > lo * BALANCE_REL:
         return min(instances, key=lambda i: (_load(i), i.index))
-    matches = [i.cache.peek(req.key) for i in instances]
+    cursor = session.cursor if session.key is req.key else None
+    matches = [i.cache.peek(req.key, cursor) for i in instances]
     best = max(range(len(instances)), key=lambda j: (matches[j], -loads[j], -j))
     if matches[best] >= MATCH_THRESHOLD * req.prompt:
         return instances[best]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
-from basin.sim.cache import MatchResult
+from basin.sim.cache import KeyCursor, MatchResult
 from basin.workload.records import Session
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class SessionState:
         "uid", "record", "tag", "arrival_s", "warm", "next_call", "key", "context_tokens",
         "admitted_s", "finished_s", "shed", "terminated",
         "pin", "pin_expiry_s", "pin_instance", "inflight", "calls_done", "decode_steps",
-        "itl_violations", "reference_s", "block_tokens", "last_prefill",
+        "itl_violations", "reference_s", "block_tokens", "last_prefill", "cursor",
     )
 
     def __init__(self, uid: int, record: Session, tag: str, arrival_s: float, start_call: int,
@@ -65,6 +65,9 @@ class SessionState:
         self.itl_violations = 0
         self.reference_s = 0.0
         self.last_prefill = -1
+        #: Where the walk of ``key`` ended in the cache it was last inserted
+        #: into (None when unknown or when the key was rebuilt since).
+        self.cursor: KeyCursor | None = None
         if start_call > 0:
             # Joined mid-trajectory: its context exists (uncached) up to here.
             for k in range(start_call):
@@ -75,11 +78,24 @@ class SessionState:
     def done(self) -> bool:
         return self.next_call >= len(self.record.calls)
 
+    def advance_key(self, k: int) -> list[Piece]:
+        """Make call ``k``'s key the session's own. Its cache cursor survives
+        only when the new key extends the old one (the usual agent turn)."""
+        key, extends = self._next_key(k)
+        if not extends:
+            self.cursor = None
+        self.key = key
+        return key
+
     def prompt_key(self, k: int) -> list[Piece]:
         """Cache key of call ``k``'s prompt, given the key of call ``k-1``."""
+        return self._next_key(k)[0]
+
+    def _next_key(self, k: int) -> tuple[list[Piece], bool]:
+        """Call ``k``'s key, and whether it extends the current key."""
         call = self.record.calls[k]
         if call.block_hashes is not None and self.block_tokens:
-            return self._block_key(k)
+            return self._block_key(k), False
         if k == 0 or not self.key:
             rec = self.record
             key: list[Piece] = []
@@ -89,18 +105,18 @@ class SessionState:
             rest = call.prompt_tokens - shared
             if rest:
                 key.append((_chunk_id(self.uid, k, _NEW), rest))
-            return key
+            return key, False
         prev = self.record.calls[k - 1]
         reused = call.reused_tokens
         if reused == prev.context_tokens:
             # The usual agent turn: previous output and the new suffix appended.
             grown = prev.output_tokens + call.new_tokens
-            return self.key + [(_chunk_id(self.uid, k, _MERGED), grown)] if grown else list(self.key)
+            return (self.key + [(_chunk_id(self.uid, k, _MERGED), grown)] if grown else list(self.key)), True
         pieces = self.key + [(_chunk_id(self.uid, k - 1, _OUT), prev.output_tokens)]
         key = _truncate(pieces, reused)
         if call.new_tokens:
             key.append((_chunk_id(self.uid, k, _NEW), call.new_tokens))
-        return key
+        return key, False
 
     def _block_key(self, k: int) -> list[Piece]:
         call = self.record.calls[k]
@@ -140,6 +156,8 @@ def _truncate(pieces: list[Piece], n_tokens: int) -> list[Piece]:
     for chunk, n in pieces:
         if left <= 0:
             break
+        if n <= 0:
+            continue  # an empty piece (a call without output) holds no tokens
         if n <= left:
             out.append((chunk, n))
             left -= n

@@ -66,18 +66,21 @@ AGENT_TABLES: dict[str, AgentTable] = {
 }
 
 
-def load_agent_table(name: str) -> Workload:
-    """Load a shipped table by name (``swebench-deepseek`` or ``terminalbench-claude``)."""
+def table_files(name: str) -> tuple[Path, Path, Path | None]:
+    """The calls, sessions and (if any) task-text files of a shipped table."""
     table = AGENT_TABLES.get(name)
     if table is None:
         raise BasinInputError(f"unknown agent table '{name}'; choose one of {', '.join(AGENT_TABLES)}")
     base = DATA_DIR / "derived"
-    w = load_agent_table_files(
-        base / f"{table.prefix}_calls.csv.gz",
-        base / f"{table.prefix}_sessions.csv",
-        base / f"{table.prefix}_tasks.jsonl" if table.has_task_texts else None,
-        name=name,
-    )
+    return (base / f"{table.prefix}_calls.csv.gz", base / f"{table.prefix}_sessions.csv",
+            base / f"{table.prefix}_tasks.jsonl" if table.has_task_texts else None)
+
+
+def load_agent_table(name: str) -> Workload:
+    """Load a shipped table by name (``swebench-deepseek`` or ``terminalbench-claude``)."""
+    calls, sessions, tasks = table_files(name)
+    table = AGENT_TABLES[name]
+    w = load_agent_table_files(calls, sessions, tasks, name=name)
     description = f"{table.description}; {w.description}" if w.description else table.description
     return Workload(name=w.name, sessions=w.sessions, description=description, origin=w.origin,
                     extra=w.extra)

@@ -42,8 +42,9 @@ from typing import Any
 import numpy as np
 import yaml
 
+from basin import diskcache
 from basin.errors import BasinInputError, where
-from basin.workload.agent_tables import AGENT_TABLES, load_agent_table
+from basin.workload.agent_tables import AGENT_TABLES, load_agent_table, table_files
 from basin.workload.records import Call, Session, Workload
 from basin.workload.stats import workload_stats
 
@@ -199,6 +200,24 @@ def synthesize_preset(preset: SyntheticPreset, n_sessions: int | None = None, se
     n = preset.default_sessions if n_sessions is None else n_sessions
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise BasinInputError(f"preset '{name}': n_sessions must be a whole number >= 1, got {n!r}")
+    # Kept on disk: synthesis is a sixth of a short run, and sweeps repeat it.
+    key = diskcache.make_key("synthesize", preset, n, seed, _inputs_digest(preset.params))
+    return diskcache.cached("workloads", key, lambda: _synthesize(preset, n, seed))
+
+
+@functools.cache
+def _inputs_digest(p: SynthesisParams) -> str:
+    """Digest of what a synthesis reads besides its arguments: the workload
+    code and the tables it draws from."""
+    files = list(Path(__file__).parent.glob("*.py"))
+    for table in (p.trajectory_table, p.gap_table):
+        if table is not None:
+            files += [f for f in table_files(table) if f is not None]
+    return diskcache.source_digest(files)
+
+
+def _synthesize(preset: SyntheticPreset, n: int, seed: int) -> Workload:
+    name = preset.name
     p = preset.params
     trajectories = _table(p.trajectory_table).sessions
     trajectory_stream, gap_stream = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
