@@ -148,12 +148,18 @@ def test_label_values_in_selectors_are_ones_the_gateway_emits(dashboard, exporte
                 assert value in seen, f"{where}: {metric}{{{label}={value!r}}} never exported; seen {sorted(seen)}"
 
 
+#: Families added with the control loop's health (issue 14) that the dashboard
+#: (deploy/grafana, maintained elsewhere) does not chart yet; remove each once it does.
+NOT_YET_CHARTED = {"basin_gateway_control_errors", "basin_gateway_control_failures"}
+
+
 def test_every_gateway_metric_family_appears_on_the_dashboard(dashboard, exported):
     names, _ = exported
     used = {n for _, expr in _queries(dashboard) for n in metric_names(expr)}
     families = {re.sub(r"_(bucket|count|sum|total)$", "", n) for n in names}
     shown = {re.sub(r"_(bucket|count|sum|total)$", "", n) for n in used}
-    assert families <= shown, f"not on the dashboard: {sorted(families - shown)}"
+    assert families - NOT_YET_CHARTED <= shown, f"not on the dashboard: {sorted(families - shown - NOT_YET_CHARTED)}"
+    assert NOT_YET_CHARTED <= families, "a family listed as not yet charted is no longer exported"
 
 
 def test_panel_ids_are_unique_and_panels_do_not_overlap(dashboard):

@@ -163,7 +163,7 @@ def test_unknown_path_is_404_and_no_client_chosen_target():
 
 
 # --------------------------------------------------------------------------- upstream faults
-def test_upstream_down_is_a_502_naming_the_cause():
+def test_upstream_down_is_a_502_and_only_the_operator_sees_the_cause():
     async def go():
         server = GatewayServer(_config("http://127.0.0.1:9"))
         await server.start()
@@ -172,7 +172,11 @@ def test_upstream_down_is_a_502_naming_the_cause():
                 async with client.post(server.url + "/v1/chat/completions", json=chat("d")) as r:
                     assert r.status == 502
                     err = (await r.json())["error"]
-                    assert err["type"] == "upstream_unavailable" and "127.0.0.1:9" in err["message"]
+                    assert err["type"] == "upstream_unavailable"
+                    assert "127.0.0.1:9" not in err["message"] and "Error" not in err["message"]
+                async with client.get(server.url + "/admin/state",
+                                      headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+                    assert "127.0.0.1:9" in (await r.json())["engine"]["last_call_error"]
             sess = server.gate.table.get("d")
             assert sess.in_flight == 0 and sess.unanswered_prompt_tokens == 0
         finally:

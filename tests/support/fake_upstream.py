@@ -5,7 +5,8 @@ and its latency benchmark talk to this one instead: it answers in microseconds,
 streams in the OpenAI chunk format, emulates a session-keyed prefix cache (so
 cached-token accounting can be checked), serves ``/metrics`` in the format of
 the engine it impersonates with counters that count what it really served, and
-fails on demand (death mid-stream, error statuses, hangs).
+fails on demand (death mid-stream, error statuses, hangs, a refusal of large
+prompts, huge /metrics texts and answers, a server still loading its model).
 
     python -m tests.support.fake_upstream --port 8100 --tokens 16 --engine llamacpp   # from the repository root
 """
@@ -45,6 +46,14 @@ class FakeUpstreamConfig:
     engine: str = "llamacpp"
     cache_slots: int = 4
     fail_mode: str | None = None
+    #: Calls whose body is longer than this get a 400 (a context-length refusal); None: no limit.
+    refuse_body_bytes: int | None = None
+    #: Unrelated series added to /metrics until it is this long (a huge scrape); 0: none.
+    metrics_padding_bytes: int = 0
+    #: Extra bytes in every non-streamed answer (a huge answer); 0: none.
+    answer_padding_bytes: int = 0
+    #: False: /props answers 503 "Loading model", as llama-server does while it starts.
+    loaded: bool = True
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -55,6 +64,10 @@ class FakeUpstreamConfig:
             raise ValueError("delays must be non-negative")
         if self.cache_slots < 0:
             raise ValueError("cache_slots must be non-negative")
+        if self.metrics_padding_bytes < 0 or self.answer_padding_bytes < 0:
+            raise ValueError("padding sizes must be non-negative")
+        if self.refuse_body_bytes is not None and self.refuse_body_bytes < 0:
+            raise ValueError("refuse_body_bytes must be non-negative or None")
         if self.fail_mode not in (None, "die_mid_stream", "hang") and not _STATUS_MODE.match(self.fail_mode):
             raise ValueError(
                 f"fail_mode must be None, 'die_mid_stream', 'hang' or 'status:NNN', got {self.fail_mode!r}")
@@ -145,6 +158,7 @@ class FakeUpstream:
         self._stopping = asyncio.Event()
         self._started_at = time.monotonic()
         self._seq = 0
+        self._padding = ""
 
     def set_config(self, config: FakeUpstreamConfig) -> None:
         """Change behaviour at run time; calls already in progress keep the old one."""
@@ -224,6 +238,8 @@ class FakeUpstream:
 
     async def _complete(self, request: web.Request, chat: bool) -> web.StreamResponse:
         cfg = self.config
+        if cfg.refuse_body_bytes is not None and len(await request.read()) > cfg.refuse_body_bytes:
+            return _error(400, f"the prompt is longer than the context ({cfg.refuse_body_bytes} bytes)")
         body = await self._body(request)
         if not isinstance(body, dict):
             return _error(400, "request body must be a JSON object")
@@ -313,7 +329,10 @@ class FakeUpstream:
         delay = cfg.first_token_delay_s + cfg.token_delay_s * (call.n_tokens - 1)
         if delay:
             await asyncio.sleep(delay)
-        payload = _DUMPS(call.whole()).encode()
+        whole = call.whole()
+        if cfg.answer_padding_bytes:
+            whole["padding"] = "x" * cfg.answer_padding_bytes
+        payload = _DUMPS(whole).encode()
         if cfg.fail_mode == "die_mid_stream":
             # Promise the whole body, send half, then drop the connection.
             resp = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -353,6 +372,8 @@ class FakeUpstream:
 
     async def _props(self, request: web.Request) -> web.Response:
         """llama.cpp's /props: one slot per emulated cache session."""
+        if not self.config.loaded:
+            return _error(503, "Loading model", "unavailable_error")
         return web.json_response(
             {
                 "default_generation_settings": {"n_ctx": SLOT_TOKENS, "params": {"cache_prompt": True}},
@@ -367,6 +388,11 @@ class FakeUpstream:
         if engine == "none":
             return web.Response(status=404, text="404: Not Found")
         text = self.metrics_text()
+        padding = self.config.metrics_padding_bytes - len(text)
+        if padding > 0:
+            # Histogram buckets of a series the gateway does not read, as big engines export by the thousand.
+            line = 'fake_unread_seconds_bucket{le="0.001",model_name="fake-model",rank="%06d"} 1.0\n'
+            text += "".join(line % i for i in range(padding // (len(line) - 2) + 1))
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     def metrics_text(self) -> str:

@@ -32,9 +32,15 @@ def gateway(
     cache_tokens: Optional[int] = typer.Option(None, "--cache-tokens", help="Tokens the engine's prefix cache "
                                                "holds (default: what the engine reports)."),
     param: list[str] = typer.Option([], "--param", help="Policy parameter NAME=VALUE (JSON value); repeatable."),
+    session_binding: Optional[str] = typer.Option(None, "--session-binding", help="Bind each session to this "
+                                                  "request header's value at its first call, e.g. Authorization "
+                                                  "(calls with another value get a 403)."),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
 ) -> None:
     """Run the BASIN session gateway: an OpenAI-compatible proxy that parks, orders and sheds agent sessions.
+
+    SIGTERM and SIGINT drain it: new sessions are refused, parked calls get a retryable 503, and calls in
+    flight get shutdown_timeout_s (30 s) to finish.
 
     Example:
 
@@ -57,7 +63,7 @@ def gateway(
         "upstream": upstream, "engine": engine, "metrics_urls": metrics_url or None,
         "decode_metrics_urls": decode_metrics_url or None, "policy": policy,
         "profile": str(profile) if profile else None, "cache_tokens": cache_tokens,
-        "admin_token": os.environ.get("BASIN_ADMIN_TOKEN") or None,
+        "admin_token": os.environ.get("BASIN_ADMIN_TOKEN") or None, "session_binding": session_binding,
     }
     if listen is not None:
         overrides["listen_host"], overrides["listen_port"] = parse_listen(listen)

@@ -48,8 +48,14 @@ class GatewayConfig(BaseModel):
                                      "default: what the engine reports")
     host_cache_tokens: int = Field(default=0, ge=0)
     # sessions
-    session_header: str = "X-Session-Id"
-    session_body_fields: tuple[str, ...] = ("session_id", "user")
+    session_header: str = Field(default="X-Session-Id", description="Request header that carries the session "
+                                "id; it wins over the body fields")
+    session_body_fields: tuple[str, ...] = Field(
+        default=("session_id",), description="Body fields tried in order when the header is absent (OpenAI's "
+        "`user` names an end user, not a conversation, so it is not among them by default)")
+    session_binding: str | None = Field(
+        default=None, description="Request header whose value a session is bound to at its first call (e.g. "
+        "Authorization); a later call with another value gets a 403. Unset: sessions are not bound")
     end_header: str = "X-Session-End"
     end_body_field: str = "session_end"
     idle_timeout_s: float = Field(default=600.0, gt=0)
@@ -62,8 +68,32 @@ class GatewayConfig(BaseModel):
     stale_after_s: float = Field(default=15.0, gt=0)
     keepalive_s: float = Field(default=10.0, gt=0)
     retry_after_s: int = Field(default=60, ge=1)
-    max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="Largest request body, "
+                                "before and after decompression (413 above)")
+    offload_body_bytes: int = Field(default=1024 * 1024, ge=0, description="Bodies larger than this (and "
+                                    "every compressed one) are parsed in a worker process, off the event loop")
+    max_upstream_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0, description="Largest non-streamed "
+                                         "engine answer the gateway buffers (502 above)")
+    max_metrics_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="Largest engine /metrics "
+                                   "text read (a larger one counts as a failed scrape)")
     upstream_timeout_s: float = Field(default=600.0, gt=0)
+    client_idle_timeout_s: float = Field(default=30.0, gt=0, description="A client connection is closed when "
+                                         "it has not completed a request's headers this long after opening or "
+                                         "after its last answer (idle keep-alive and slow headers alike)")
+    client_body_timeout_s: float = Field(default=30.0, gt=0, description="Longest time to receive a request's "
+                                         "body (408 above)")
+    max_connections: int = Field(default=1000, ge=1, description="Client connections served at once; a call "
+                                 "on one more gets a 503 and the connection is closed")
+    shutdown_timeout_s: float = Field(default=30.0, ge=0, description="On SIGTERM or SIGINT, how long calls in "
+                                      "flight may take to finish before they are cut")
+    # control loop
+    control_retry_s: float = Field(default=1.0, gt=0, description="First retry delay after a control step "
+                                   "fails (doubling up to 30 s)")
+    control_failure_limit: int = Field(default=3, ge=1, description="Control steps failed in a row after which "
+                                       "/healthz reports unhealthy and parked sessions are shed")
+    arrival_tick_growth: float = Field(default=0.05, ge=0, description="A first call runs a control step "
+                                       "before its admission once the working set grew by this share of the "
+                                       "capacity since the last step; 0: only timed steps")
     hit_window_s: float = Field(default=60.0, gt=0)
     admin_token: str | None = Field(default=None, min_length=16)
 
@@ -86,17 +116,23 @@ class GatewayConfig(BaseModel):
     @field_validator("upstream")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        return _check_url(value)
+        url = _check_url(value)
+        # The gateway appends /v1/...; a base URL that already ends in /v1 would send every call to /v1/v1.
+        while url.endswith("/v1"):
+            url = url[: -len("/v1")].rstrip("/")
+        if not urlsplit(url).hostname:
+            raise ValueError("expected an http(s) URL such as http://127.0.0.1:30000")
+        return url
 
     @field_validator("metrics_urls", "decode_metrics_urls")
     @classmethod
     def _http_urls(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
         return None if value is None else tuple(_check_url(v) for v in value)
 
-    @field_validator("session_header", "end_header")
+    @field_validator("session_header", "end_header", "session_binding")
     @classmethod
-    def _header_name(cls, value: str) -> str:
-        if not _HEADER_NAME.match(value):
+    def _header_name(cls, value: str | None) -> str | None:
+        if value is not None and not _HEADER_NAME.match(value):
             raise ValueError("a header name is 1-64 letters, digits or '-'")
         return value
 

@@ -1,8 +1,8 @@
 """Reading an engine's ``/metrics`` text (Prometheus exposition) by name.
 
 Only the series an adapter asks for are parsed: a vLLM or SGLang scrape is
-mostly histograms the gateway never reads, and the parser is pure Python on
-the event loop that also proxies requests. Lookups go by wire name with
+mostly histograms the gateway never reads, so the wanted lines are picked out
+by one regular expression (C speed) before the pure-Python parser sees them. Lookups go by wire name with
 aliases in order of preference (engines rename their metrics), counters are
 turned into per-series deltas against the previous scrape, and a text that
 yields nothing is explained (empty, not exposition, or another engine's).
@@ -19,8 +19,6 @@ from prometheus_client.parser import text_string_to_metric_families
 #: The samples of one wire name: (labels, value) per label set.
 Series = list[tuple[dict[str, str], float]]
 
-_NAME_END = re.compile(r"[{\s]")
-
 
 class MetricsError(ValueError):
     """A /metrics text that cannot be turned into a snapshot."""
@@ -31,23 +29,24 @@ def counter_names(base: str) -> tuple[str, str]:
     return (base + "_total", base)
 
 
+_SELECTORS: dict[frozenset[str], re.Pattern[str]] = {}
+
+
+def _selector(wanted: frozenset[str]) -> re.Pattern[str]:
+    pattern = _SELECTORS.get(wanted)
+    if pattern is None:
+        # Longest names first, so "x_total" is tried before "x".
+        names = "|".join(re.escape(n) for n in sorted(wanted, key=len, reverse=True))
+        pattern = _SELECTORS[wanted] = re.compile(
+            rf"^[ \t]*(?:#[ \t]*(?:HELP|TYPE)[ \t]+)?(?:{names})(?=[{{ \t\r]|$).*$", re.MULTILINE)
+    return pattern
+
+
 def select_lines(text: str, wanted: frozenset[str]) -> list[str]:
     """Keep only the sample, HELP and TYPE lines of the wanted names."""
-    kept: list[str] = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        if line[0] == "#":
-            parts = line.split(None, 3)
-            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") and parts[2] in wanted:
-                kept.append(line)
-            continue
-        m = _NAME_END.search(line)
-        name = line[: m.start()] if m else line
-        if name in wanted:
-            kept.append(line)
-    return kept
+    if not wanted:
+        return []
+    return [m.group(0).strip() for m in _selector(wanted).finditer(text)]
 
 
 def index_series(engine: str, text: str, wanted: frozenset[str]) -> dict[str, Series]:

@@ -7,13 +7,21 @@ one event loop, so each state change (admit, park, release, shed, pause,
 resume, finish) happens in exactly one place and a waiting call is woken
 exactly once. Waiters are futures the proxy creates; the gate only resolves
 them. Time is handed in.
+
+The policy is code the gateway hosts, not code it trusts to be perfect: a
+control step that raises is logged with its traceback, counted and retried
+with a growing delay; after ``control_failure_limit`` failures in a row the
+gateway reports itself unhealthy and sheds what is parked (with a retryable
+503) rather than hold calls that no tick will release.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import logging
 import math
+from collections.abc import Callable
 from typing import Protocol
 
 from basin.catalog import effective_cache_tokens
@@ -23,7 +31,7 @@ from basin.gateway.snapshot import EngineSnapshot
 from basin.gateway.usage import CallUsage
 from basin.jsonvalues import json_values
 from basin.policy.base import Admission, Policy, SessionInfo, Signals
-from basin.policy.driver import EngineFigures, PolicyDriver
+from basin.policy.driver import MIN_TICK_S, EngineFigures, PolicyDriver
 from basin.policy.params import PolicyParamError
 
 log = logging.getLogger("basin.gateway")
@@ -31,6 +39,36 @@ log = logging.getLogger("basin.gateway")
 #: Capacity reported to the policy when neither the operator nor the engine
 #: gives one: admission by working set then never engages (the gateway warns).
 UNKNOWN_CAPACITY_TOKENS = 1 << 60
+#: Longest wait before a failed control step is retried.
+MAX_CONTROL_RETRY_S = 30.0
+
+
+def control_retry_s(base_s: float, failures: int) -> float:
+    """Delay before retrying after ``failures`` failed control steps in a row: doubling, capped."""
+    return min(base_s * 2.0 ** max(failures - 1, 0), MAX_CONTROL_RETRY_S)
+
+
+def arrival_tick_due(last_tick_s: float | None, now_s: float, working_set: int, working_set_at_tick: int,
+                     capacity_tokens: int, growth: float) -> bool:
+    """Whether a first call should see a fresh control step before its admission
+    decision: the working set grew by ``growth`` of the capacity since the last
+    step (so a burst of arrivals cannot all be admitted on a budget computed
+    before any of them), and at most one step every 0.1 s."""
+    if growth <= 0 or capacity_tokens <= 0:
+        return False
+    if last_tick_s is not None and now_s - last_tick_s < MIN_TICK_S:
+        return False
+    return working_set - working_set_at_tick >= growth * capacity_tokens
+
+
+def slot_capacity_tokens(slots: int, slot_tokens: int, admitted: int, working_set: int) -> int:
+    """A slot-based cache (llama.cpp) as tokens: it holds ``slots`` sessions
+    whatever their size, so its capacity is ``slots`` times the admitted
+    sessions' mean context (at most a slot's size). The working set ``N c``
+    then crosses it exactly when the sessions outnumber the slots."""
+    if admitted <= 0 or working_set <= 0:
+        return slots * slot_tokens
+    return max(1, int(slots * min(working_set / admitted, slot_tokens)))
 
 
 class Waiter(Protocol):
@@ -62,18 +100,30 @@ class ShedError(Exception):
         self.reason = reason
 
 
+class NotOwner(Exception):
+    """A call names a session another client credential opened (binding on)."""
+
+
 class Gate:
     def __init__(self, policy: Policy, config: GatewayConfig, engine: EngineView | None = None,
                  capacity_tokens: int | None = None, origin_s: float = 0.0):
         self.config = config
         self.engine = engine
         self.capacity_tokens = capacity_tokens
+        #: llama.cpp's slots and their size, from /props (the slot limit, see slot_capacity_tokens).
+        self.slots: tuple[int, int] | None = None
         self.origin_s = origin_s
         self.table = SessionTable()
         self.waiters: dict[int, list[Waiter]] = {}
         self.draining = False
         self.driver = PolicyDriver(policy, self)
         self.counts = {"admitted": 0, "parked": 0, "shed": 0, "finished": 0, "abandoned": 0, "expired": 0}
+        #: Control health: failures in a row, in all, the last one, and when the last step ran.
+        self.control_failures = 0
+        self.control_errors = 0
+        self.last_control_error: str | None = None
+        self.last_tick_s: float | None = None
+        self._working_set_at_tick = 0
 
     @property
     def policy(self) -> Policy:
@@ -107,16 +157,11 @@ class Gate:
         hit = table.hit_rate(now_s, self.config.hit_window_s)
         if math.isnan(hit) and snap is not None:
             hit = snap.hit_rate
-        # The capacity the operator set, else the last one any scrape reported
-        # (a deployment's capacity does not go stale with its scrape).
-        capacity = self.capacity_tokens or (self.engine.capacity_tokens if self.engine is not None else None)
-        if capacity is None and snap is not None:
-            capacity = snap.cache_capacity_tokens
+        capacity = self.known_capacity_tokens(snap)
         kv = snap.kv_used_fraction if snap is not None else math.nan
         # Without a fresh scrape the engine's queue is unknown: the calls the
         # gateway forwarded and has no answer for stand in for it.
-        queue = (snap.queue_requests if snap is not None
-                 else sum(1 for s in table.sessions.values() if s.unanswered_prompt_tokens > 0))
+        queue = snap.queue_requests if snap is not None else table.unanswered_sessions()
         gpu = int(capacity) if capacity else UNKNOWN_CAPACITY_TOKENS
         host = self.config.host_cache_tokens
         return EngineFigures(
@@ -133,10 +178,21 @@ class Gate:
             stale_s=stale,
         )
 
+    def known_capacity_tokens(self, snap: EngineSnapshot | None = None) -> int | None:
+        """The cache capacity in tokens, None while unknown: the operator's
+        figure, else the last one any scrape reported (a deployment's capacity
+        does not go stale with its scrape), else llama.cpp's slot limit."""
+        capacity = self.capacity_tokens or (self.engine.capacity_tokens if self.engine is not None else None)
+        if capacity is None and snap is not None:
+            capacity = snap.cache_capacity_tokens
+        if capacity is None and self.slots is not None:
+            capacity = slot_capacity_tokens(*self.slots, self.driver.admitted_count, self.driver.working_set_tokens)
+        return capacity or None
+
     # ------------------------------------------------------------ driver host
     def admitted(self, uid: int) -> None:
         sess = self.table.by_uid[uid]
-        sess.state = SessionState.ADMITTED
+        self.table.set_state(sess, SessionState.ADMITTED)
         self.counts["admitted"] += 1
         self._wake(sess)
 
@@ -161,24 +217,55 @@ class Gate:
 
     # ------------------------------------------------------------ calls
     def open_call(self, session_id: str, now_s: float, prompt_tokens: int, task_text: str | None,
-                  end: bool) -> GatewaySession:
+                  end: bool, owner: bytes | None = None) -> GatewaySession:
         """The session a call belongs to; a new id is a session's arrival and
-        gets the policy's admission decision. Raises :class:`ShedError`."""
+        gets the policy's admission decision. Raises :class:`ShedError`, and
+        :class:`NotOwner` when the session is bound to another ``owner``."""
         sess = self.table.get(session_id)
+        if sess is not None and sess.owner is not None and (
+                owner is None or not hmac.compare_digest(sess.owner, owner)):
+            raise NotOwner(session_id)
         if sess is None:
             if self.draining:
                 raise ShedError("draining", "the gateway is draining and admits no new sessions")
-            sess = self.table.add(session_id, now_s, prompt_tokens, task_text)
-            info = SessionInfo(sess.uid, session_id, "gateway", now_s, prompt_tokens, task_text)
-            if self.driver.arrive(info) is Admission.PARK:
-                self.counts["parked"] += 1
+            sess = self._arrive(session_id, now_s, prompt_tokens, task_text, owner)
         if sess.state is SessionState.SHED:
             raise ShedError(sess.shed_reason or "policy", "the session was shed to protect the engine")
         sess.ending = sess.ending or end
-        sess.last_seen_s = now_s
+        self.table.touch(sess, now_s)
         if self.driver.is_paused(sess.uid):
-            self.driver.call_held(sess.uid, now_s)
+            self._guarded("the policy's held-call hook", self.driver.call_held, sess.uid, now_s)
         return sess
+
+    def _arrive(self, session_id: str, now_s: float, prompt_tokens: int, task_text: str | None,
+                owner: bytes | None) -> GatewaySession:
+        sess = self.table.add(session_id, now_s, prompt_tokens, task_text)
+        sess.owner = owner
+        info = SessionInfo(sess.uid, session_id, "gateway", now_s, prompt_tokens, task_text)
+        try:
+            verdict = self.driver.arrive(info)
+        except Exception as exc:
+            self._control_error("the policy's arrival decision", exc, "the session gets a retryable 503")
+            self.table.remove(sess, SessionState.SHED)
+            self._guarded("the policy's session-end hook", self.driver.session_finished, sess.uid, now_s)
+            raise ShedError("controller-error", "the gateway's controller failed on this session's arrival") from None
+        if verdict is Admission.PARK:
+            self.counts["parked"] += 1
+            if self.control_failed:
+                # No tick would release it: answer now (retryable) instead of holding the call.
+                self._guarded("the policy's session-end hook", self.driver.session_finished, sess.uid, now_s)
+                self.shed(sess.uid, "controller-failed")
+        return sess
+
+    def before_arrival(self, session_id: str, now_s: float) -> None:
+        """Run a control step first when a new session would otherwise be
+        decided on a stale budget (see :func:`arrival_tick_due`)."""
+        if session_id in self.table.sessions or self.control_failed:
+            return
+        capacity = self.known_capacity_tokens()
+        if capacity and arrival_tick_due(self.last_tick_s, now_s, self.driver.working_set_tokens,
+                                         self._working_set_at_tick, capacity, self.config.arrival_tick_growth):
+            self.control_step(now_s)
 
     def must_wait(self, sess: GatewaySession) -> bool:
         return sess.state is SessionState.PARKED or self.driver.is_paused(sess.uid)
@@ -192,17 +279,19 @@ class Gate:
 
     def forwarded(self, sess: GatewaySession, prompt_tokens: int, now_s: float) -> None:
         self.table.call_forwarded(sess, prompt_tokens, now_s)
-        self.driver.call_issued(sess.uid, prompt_tokens, now_s)
+        self._guarded("the policy's call hook", self.driver.call_issued, sess.uid, prompt_tokens, now_s)
 
     def answering(self, sess: GatewaySession, prompt_tokens: int) -> None:
         self.table.call_answering(sess, prompt_tokens)
 
-    def done(self, sess: GatewaySession, usage: CallUsage | None, now_s: float) -> None:
-        """A forwarded call ended (answered, failed or abandoned)."""
-        self.table.call_done(sess, usage, now_s)
+    def done(self, sess: GatewaySession, usage: CallUsage | None, now_s: float, refused: bool = False) -> None:
+        """A forwarded call ended (answered, failed or abandoned); ``refused``:
+        the engine did not take it, so its estimate leaves the context."""
+        self.table.call_done(sess, usage, now_s, refused)
         last = sess.ending and sess.in_flight == 0
         if sess.state is SessionState.ADMITTED:
-            self.driver.call_finished(sess.uid, sess.context_tokens, last, now_s)
+            self._guarded("the policy's call hook", self.driver.call_finished, sess.uid, sess.context_tokens,
+                          last, now_s)
         if last:
             self._finish(sess, now_s, "finished")
 
@@ -230,11 +319,62 @@ class Gate:
 
     # ------------------------------------------------------------ control
     def tick(self, now_s: float) -> float:
-        """One control step; returns seconds until the next one."""
-        for sess in self.table.idle(now_s, self.config.idle_timeout_s):
-            if sess.uid not in self.waiters:  # a held call is not idleness
-                self._finish(sess, now_s, "expired")
+        """One control step; returns seconds until the next one. Raises what the policy raises
+        (:meth:`control_step` is the guarded form the control loop runs)."""
+        # A held call is not idleness.
+        for sess in self.table.expire(now_s, self.config.idle_timeout_s, keep=lambda s: s.uid in self.waiters):
+            self._finish(sess, now_s, "expired")
         return self.driver.tick(now_s)
+
+    @property
+    def control_failed(self) -> bool:
+        """The control step failed ``control_failure_limit`` times in a row (``/healthz`` says unhealthy)."""
+        return self.control_failures >= self.config.control_failure_limit
+
+    def control_step(self, now_s: float) -> float:
+        """:meth:`tick`, never raising: a failure is logged with its traceback,
+        counted, and retried after a growing delay (the returned one); from the
+        ``control_failure_limit``-th failure in a row the parked sessions are shed."""
+        try:
+            delay = self.tick(now_s)
+        except Exception as exc:
+            self.control_failures += 1
+            retry = control_retry_s(self.config.control_retry_s, self.control_failures)
+            self._control_error("the control step", exc, f"{self.control_failures} in a row; retried in {retry:g} s; "
+                                f"at {self.config.control_failure_limit} in a row /healthz reports unhealthy and "
+                                "parked sessions are shed")
+            if self.control_failed:
+                self.shed_parked("controller-failed", now_s)
+            return retry
+        if self.control_failures:
+            log.warning("the control step works again after %d failures in a row", self.control_failures)
+        self.control_failures = 0
+        self.last_tick_s = now_s
+        self._working_set_at_tick = self.driver.working_set_tokens
+        return delay
+
+    def shed_parked(self, reason: str, now_s: float) -> int:
+        """Shed every parked session (their held calls get a retryable 503); returns how many."""
+        parked = list(self.driver.parked)
+        for uid in parked:
+            self._guarded("the policy's session-end hook", self.driver.session_finished, uid, now_s)
+            self.shed(uid, reason)
+        if parked:
+            log.warning("shed %d parked session(s): %s", len(parked), reason)
+        return len(parked)
+
+    def _control_error(self, what: str, exc: BaseException, then: str = "the call goes on") -> None:
+        self.control_errors += 1
+        self.last_control_error = f"{what} failed: {type(exc).__name__}: {exc}"
+        log.error("%s failed (%s)", what, then, exc_info=exc)
+
+    def _guarded(self, what: str, hook: Callable[..., object], *args: object) -> None:
+        """A policy hook on the request path: a failure is logged and counted, and the call goes on
+        (the gateway's own accounting has already been updated)."""
+        try:
+            hook(*args)
+        except Exception as exc:
+            self._control_error(what, exc)
 
     def _wake(self, sess: GatewaySession) -> None:
         for waiter in self.waiters.pop(sess.uid, []):
@@ -244,7 +384,7 @@ class Gate:
     def _finish(self, sess: GatewaySession, now_s: float, how: str) -> None:
         self.counts["finished" if how == "finished" else how] += 1
         self.table.remove(sess, SessionState.FINISHED)
-        self.driver.session_finished(sess.uid, now_s)
+        self._guarded("the policy's session-end hook", self.driver.session_finished, sess.uid, now_s)
         self._wake(sess)
 
     def set_params(self, updates: dict[str, object]) -> dict[str, object]:
@@ -276,13 +416,15 @@ class Gate:
             "policy": self.policy.name,
             "draining": self.draining,
             "ordering": self.ordered,
-            "sessions": {state.value: len(self.table.of_state(state))
+            "sessions": {state.value: self.table.count(state)
                          for state in (SessionState.ADMITTED, SessionState.PARKED)},
             "paused": self.paused_count(),
             "counts": dict(self.counts),
             "working_set_tokens": self.table.working_set_tokens(),
             "signals": json_values(dataclasses.asdict(sig), nonfinite="string") if sig else None,
             "controller": detail,
+            "control": {"failures_in_a_row": self.control_failures, "errors": self.control_errors,
+                        "last_error": self.last_control_error, "healthy": not self.control_failed},
             "params": json_values(self.policy.params.as_dict(), nonfinite="string"),
             "cliff": json_values(dataclasses.asdict(cliff), nonfinite="string")
             if dataclasses.is_dataclass(cliff) and not isinstance(cliff, type) else None,

@@ -2,7 +2,9 @@
 
 A failing or stale scrape shows up in the poller's state (``failures``,
 ``last_error``, :meth:`MetricsPoller.stale_s`) and never raises into the
-gateway; the previous good snapshot is kept meanwhile.
+gateway; the previous good snapshot is kept meanwhile. A scrape is read up to
+``max_bytes`` and parsed in a thread: the parser is Python, so the event loop
+gets its turns while a large text is read, and a huge one is refused.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import aiohttp
 from basin.gateway.adapters.base import EngineAdapter, log
 from basin.gateway.adapters.probe import describe_failure
 from basin.gateway.exposition import MetricsError
+from basin.gateway.netio import TooLarge, read_capped
 from basin.gateway.snapshot import EngineSnapshot
 
 
@@ -31,6 +34,7 @@ class MetricsPoller:
         interval_s: float = 5.0,
         timeout_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        max_bytes: int = 8 * 1024 * 1024,
     ) -> None:
         if not interval_s > 0 or not timeout_s > 0:
             raise ValueError(f"interval_s and timeout_s must be > 0, got {interval_s!r} and {timeout_s!r}")
@@ -40,6 +44,7 @@ class MetricsPoller:
         self.interval_s = float(interval_s)
         self.timeout_s = float(timeout_s)
         self.clock = clock
+        self.max_bytes = max_bytes
         self.latest: EngineSnapshot | None = None
         self.failures = 0
         self.last_error: str | None = None
@@ -58,10 +63,17 @@ class MetricsPoller:
         try:
             timeout = aiohttp.ClientTimeout(total=self.timeout_s)
             async with self.session.get(self.metrics_url, timeout=timeout, allow_redirects=False) as resp:
-                text = await resp.text(errors="replace")
+                try:
+                    data = await read_capped(resp, self.max_bytes)
+                except TooLarge:
+                    raise MetricsError(f"the /metrics text is longer than {self.max_bytes} bytes "
+                                       "(max_metrics_bytes); point the metrics URL at the engine's own "
+                                       "/metrics or raise the limit") from None
                 if resp.status != 200:
-                    raise MetricsError(f"HTTP {resp.status}: {text.strip()[:200]!r}")
-            snapshot = self.adapter.parse_metrics(text, self.clock())
+                    raise MetricsError(f"HTTP {resp.status}: {data[:200].decode('utf-8', 'replace').strip()!r}")
+            at_s = self.clock()
+            text = data.decode("utf-8", "replace")
+            snapshot = await asyncio.to_thread(self.adapter.parse_metrics, text, at_s)
         except Exception as exc:  # CancelledError is not an Exception: cancelling still stops us
             self.failures += 1
             self.last_error = (

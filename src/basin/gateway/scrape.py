@@ -40,9 +40,11 @@ class EngineMetrics:
 
     @classmethod
     def build(cls, engine: str, session: aiohttp.ClientSession, metrics_urls: Sequence[str],
-              decode_metrics_urls: Sequence[str], interval_s: float, clock: Callable[[], float]) -> EngineMetrics:
+              decode_metrics_urls: Sequence[str], interval_s: float, clock: Callable[[], float],
+              max_bytes: int = 8 * 1024 * 1024) -> EngineMetrics:
         def poller(url: str) -> MetricsPoller:
-            return MetricsPoller(make_adapter(engine), session, url, interval_s=interval_s, clock=clock)
+            return MetricsPoller(make_adapter(engine), session, url, interval_s=interval_s, clock=clock,
+                                 max_bytes=max_bytes)
 
         return cls([poller(u) for u in metrics_urls], [poller(u) for u in decode_metrics_urls])
 

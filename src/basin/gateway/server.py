@@ -1,16 +1,19 @@
 """Assembles and runs the gateway: the policy, the engine adapter and its
 metrics poller, the control loop, the proxy routes, its own /metrics and the
-admin API."""
+admin API, and the orderly stop on SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import logging
 import math
+import resource
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -18,7 +21,9 @@ from aiohttp import web
 
 from basin.errors import BasinInputError
 from basin.gateway.adapters import make_adapter
+from basin.gateway.adapters.llamacpp import LlamaCppAdapter
 from basin.gateway.config import GatewayConfig
+from basin.gateway.connections import ConnectionGuard, GuardedRunner, refuse_over_limit
 from basin.gateway.gate import Gate
 from basin.gateway.proxy import GATED_PATHS, PASSTHROUGH_PATHS, Proxy, error_response
 from basin.gateway.scrape import EngineMetrics
@@ -81,6 +86,7 @@ class GatewayServer:
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
         self._tick_now = asyncio.Event()
+        self.guard = ConnectionGuard(config.max_connections, config.client_idle_timeout_s)
         self.url = ""
 
     async def start(self) -> str:
@@ -96,14 +102,17 @@ class GatewayServer:
         self.client = aiohttp.ClientSession(timeout=timeout, auto_decompress=False,
                                             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0))
         self.poller = EngineMetrics.build(cfg.engine, self.client, cfg.effective_metrics_urls,
-                                          cfg.decode_metrics_urls, cfg.scrape_interval_s, self.clock)
+                                          cfg.decode_metrics_urls, cfg.scrape_interval_s, self.clock,
+                                          cfg.max_metrics_bytes)
         self.warnings = list(await self.adapter.check_features(self.client, cfg.upstream))
-        capacity = cfg.cache_tokens or self._capacity_from_engine()
-        self.gate = Gate(self.policy, cfg, self.poller, capacity, origin_s=self.clock())
+        self.gate = Gate(self.policy, cfg, self.poller, cfg.cache_tokens, origin_s=self.clock())
+        self.gate.slots = self._slots_from_engine()
         self.telemetry = Telemetry(self.gate, lambda: self.poller.failures if self.poller else 0)
+        refused = self.telemetry.calls.labels("too_many_connections")
+        self.guard.on_refused = refused.inc
         self.proxy = Proxy(cfg, self.gate, self.adapter, self.telemetry, self.client, self.clock)
-        self._log_startup(capacity)
-        app = web.Application(client_max_size=cfg.max_body_bytes)
+        self._log_startup(self.gate.known_capacity_tokens())
+        app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[refuse_over_limit])
         for path in GATED_PATHS:
             app.router.add_post(path, self.proxy.completions)
         for path in PASSTHROUGH_PATHS:
@@ -115,7 +124,11 @@ class GatewayServer:
         app.router.add_post("/admin/undrain", self._admin(self._undrain))
         app.router.add_post("/admin/params", self._admin(self._params))
         app.router.add_route("*", "/{tail:.*}", self._unknown)
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        # auto_decompress off: the proxy inflates bodies itself, with a ceiling (basin.gateway.body).
+        self._runner = GuardedRunner(app, self.guard, handler_cancellation=True, access_log=None,
+                                     keepalive_timeout=cfg.client_idle_timeout_s, auto_decompress=False,
+                                     lingering_time=1.0,  # after a refused body: 1 s to read the answer
+                                     shutdown_timeout=2.0)  # shutdown() has drained by then
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.listen_host, cfg.listen_port)
         await site.start()
@@ -123,6 +136,8 @@ class GatewayServer:
         self.url = f"http://{cfg.listen_host}:{port}"
         await self.poller.scrape_once()
         self._tasks = [asyncio.create_task(self.poller.run()), asyncio.create_task(self._control_loop())]
+        if self.gate.known_capacity_tokens() is None and isinstance(self.adapter, LlamaCppAdapter):
+            self._tasks.append(asyncio.create_task(self._watch_capacity(self.adapter)))
         return self.url
 
     async def stop(self) -> None:
@@ -133,17 +148,62 @@ class GatewayServer:
                 await task
             except asyncio.CancelledError:
                 pass
+        self._tasks = []
         if self._runner is not None:
             await self._runner.cleanup()
+            self._runner = None
+        if self.proxy is not None:
+            self.proxy.workers.close()
         if self.client is not None:
             await self.client.close()
 
-    def _capacity_from_engine(self) -> int | None:
+    async def shutdown(self) -> None:
+        """The orderly stop: refuse new sessions and connections, answer parked
+        calls with a retryable 503, give calls in flight up to
+        ``shutdown_timeout_s`` to finish, then cut the rest with an answer that
+        says so (a 503, or an error event on a stream) and release everything."""
+        cfg = self.config
+        if self.gate is not None and self.proxy is not None and self._runner is not None:
+            self.gate.draining = True
+            self.proxy.stopping = True
+            shed = self.gate.shed_parked("shutting-down", self.clock())
+            log.info("shutting down: new sessions refused, %d parked call(s) answered with 503; %d call(s) in "
+                     "flight get up to %g s to finish", shed, len(self.proxy.active), cfg.shutdown_timeout_s)
+            for site in list(self._runner.sites):
+                await site.stop()  # no new connections
+            await asyncio.sleep(0)
+            if self._runner.server is not None:
+                self._runner.server.pre_shutdown()  # idle keep-alive connections close, busy ones after their call
+            active = set(self.proxy.active)
+            if active:
+                _, late = await asyncio.wait(active, timeout=cfg.shutdown_timeout_s)
+                if late:
+                    log.warning("cutting %d call(s) still in flight after %g s (shutdown_timeout_s)", len(late),
+                                cfg.shutdown_timeout_s)
+                    for task in late:
+                        task.cancel()
+                    await asyncio.wait(late, timeout=2.0)
+        await self.stop()
+        log.info("stopped")
+
+    def _slots_from_engine(self) -> tuple[int, int] | None:
         props = getattr(self.adapter, "props", None) or {}
         slots, n_ctx = props.get("total_slots"), props.get("n_ctx")
         if isinstance(slots, int) and isinstance(n_ctx, int) and slots > 0 and n_ctx > 0:
-            return slots * n_ctx
+            return slots, n_ctx
         return None
+
+    async def _watch_capacity(self, adapter: LlamaCppAdapter) -> None:
+        """An engine started after the gateway: read its capacity until it is known."""
+        assert self.gate is not None and self.client is not None
+        while self.gate.known_capacity_tokens() is None:
+            await asyncio.sleep(self.config.scrape_interval_s)
+            await adapter.read_props(self.client, self.config.upstream)
+            self.gate.slots = self._slots_from_engine()
+            if self.gate.slots is not None:
+                slots, n_ctx = self.gate.slots
+                log.info("the engine now reports its capacity: %d slots of %d tokens; admission can engage",
+                         slots, n_ctx)
 
     def _log_startup(self, capacity: int | None) -> None:
         cfg = self.config
@@ -157,13 +217,35 @@ class GatewayServer:
         if capacity is None and not self.adapter.reports_cache_capacity:
             self.warnings.append("the prefix-cache capacity is unknown: admission by working set cannot engage; "
                                  "set cache_tokens (--cache-tokens) to what the engine's cache holds")
+        if not _loopback(cfg.listen_host) and cfg.session_binding is None:
+            self.warnings.append(
+                f"listening on {cfg.listen_host}, beyond this machine, with sessions bound to no credential: "
+                "anyone who can reach the port can use or end any session whose id they know; set "
+                "session_binding (e.g. Authorization) and keep the port behind your own network controls")
+        if not _loopback(cfg.listen_host) and cfg.admin_token is None:
+            self.warnings.append(f"listening on {cfg.listen_host} with the admin API off; set admin_token "
+                                 "(BASIN_ADMIN_TOKEN) to manage the gateway remotely")
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        need = cfg.max_connections + 128  # the upstream's connections, scrapes, workers
+        if soft != resource.RLIM_INFINITY and soft < need:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard) if hard != resource.RLIM_INFINITY
+                                                            else need, hard))
+            except (ValueError, OSError):
+                pass
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            if soft < need:
+                self.warnings.append(f"the open-file limit ({soft}) is below max_connections + 128 ({need}): "
+                                     "raise it (ulimit -n) or lower max_connections, or new calls fail "
+                                     "before the gateway can answer them")
         for warning in self.warnings:
             log.warning("%s", warning)
 
     async def _control_loop(self) -> None:
+        """Control steps at the policy's cadence; a step that raises is retried (Gate.control_step)."""
         assert self.gate is not None
         while True:
-            delay = self.gate.tick(self.clock())
+            delay = self.gate.control_step(self.clock())
             self._tick_now.clear()
             try:
                 await asyncio.wait_for(self._tick_now.wait(), delay)
@@ -176,7 +258,13 @@ class GatewayServer:
 
     # ------------------------------------------------------------ endpoints
     async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "policy": self.policy.name, "upstream": self.config.upstream})
+        """Unauthenticated, so it names nothing an outsider could use: no upstream, no exception."""
+        assert self.gate is not None
+        if self.gate.control_failed:
+            return web.json_response({"status": "unhealthy", "policy": self.policy.name,
+                                      "reason": f"the control step failed {self.gate.control_failures} times "
+                                      "in a row; parked sessions are shed; the log has the cause"}, status=503)
+        return web.json_response({"status": "ok", "policy": self.policy.name})
 
     async def _metrics(self, request: web.Request) -> web.Response:
         assert self.telemetry is not None
@@ -211,6 +299,7 @@ class GatewayServer:
             "scrape_age_s": stale if math.isfinite(stale) else None,
             "scrape_failures": self.poller.failures,
             "last_error": self.poller.last_error,
+            "last_call_error": self.proxy.last_upstream_error if self.proxy else None,
             "snapshot": self.poller.latest.as_dict() if self.poller.latest else None,
             "warnings": self.warnings,
         }
@@ -243,12 +332,47 @@ class GatewayServer:
         return web.json_response({"params": params})
 
 
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+async def run_until_signalled(server: GatewayServer, signals: Sequence[signal.Signals] = STOP_SIGNALS) -> None:
+    """Serve until SIGTERM or SIGINT, then stop in order (:meth:`GatewayServer.shutdown`)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    received: list[str] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig.name)
+        if len(received) == 1:
+            log.info("%s received: draining (calls in flight get up to %g s)", sig.name,
+                     server.config.shutdown_timeout_s)
+            stop.set()
+        else:
+            log.warning("%s received again: the drain is already under way (SIGKILL ends it at once)", sig.name)
+
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        await stop.wait()
+        await server.shutdown()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        await server.stop()
+
+
 async def serve_forever(config: GatewayConfig, policy: Policy | None = None) -> None:
-    """Run until interrupted (the CLI's entry)."""
+    """Run until SIGTERM or SIGINT (the CLI's entry)."""
     server = GatewayServer(config, policy)
     url = await server.start()
     log.info("listening on %s", url)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await server.stop()
+    await run_until_signalled(server)

@@ -5,13 +5,19 @@ of the admitted sessions' contexts as the responses report them, the prefill
 backlog is the prompt tokens forwarded and not yet answered, the hit rate is
 read from the responses of recent calls. Times are handed in; nothing here
 reads a clock.
+
+Every figure a call or an arrival reads is kept as a running total, and idle
+sessions are kept in order of their last call, so the cost of a call does not
+grow with the number of sessions in the table (a gateway may hold tens of
+thousands that never said they ended).
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from collections import deque
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from basin.gateway.usage import CallUsage
@@ -24,7 +30,7 @@ class SessionState(enum.Enum):
     FINISHED = "finished"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class GatewaySession:
     uid: int
     session_id: str
@@ -34,6 +40,9 @@ class GatewaySession:
     state: SessionState = SessionState.PARKED
     last_seen_s: float = 0.0
     context_tokens: int = 0
+    #: The context the engine last confirmed (0 before its first answer): a
+    #: call the engine refuses falls back to it instead of keeping its estimate.
+    confirmed_context_tokens: int = 0
     calls: int = 0
     in_flight: int = 0
     #: Prompt tokens of this session's calls forwarded and not yet at their first byte.
@@ -41,6 +50,8 @@ class GatewaySession:
     #: The end marker was seen: the session ends when its last call is answered.
     ending: bool = False
     shed_reason: str | None = None
+    #: Keyed digest of the client credential that opened the session (binding on), else None.
+    owner: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -55,6 +66,12 @@ class SessionTable:
     _hits: deque[tuple[float, int, int]] = field(default_factory=deque)
     _hit_cached: int = 0
     _hit_prompt: int = 0
+    #: Running totals over the table (kept by every change below).
+    _unanswered_tokens: int = 0
+    _unanswered_sessions: int = 0
+    _states: dict[SessionState, int] = field(default_factory=dict)
+    #: Sessions with nothing in flight, least recently seen first.
+    _idle: OrderedDict[int, None] = field(default_factory=OrderedDict)
 
     def get(self, session_id: str) -> GatewaySession | None:
         return self.sessions.get(session_id)
@@ -66,33 +83,69 @@ class SessionTable:
         self._next_uid += 1
         self.sessions[session_id] = sess
         self.by_uid[sess.uid] = sess
+        self._states[sess.state] = self._states.get(sess.state, 0) + 1
+        self._idle[sess.uid] = None
         return sess
 
-    def remove(self, sess: GatewaySession, state: SessionState) -> None:
+    def set_state(self, sess: GatewaySession, state: SessionState) -> None:
+        if sess.uid in self.by_uid:
+            self._states[sess.state] -= 1
+            self._states[state] = self._states.get(state, 0) + 1
         sess.state = state
-        self.sessions.pop(sess.session_id, None)
-        self.by_uid.pop(sess.uid, None)
+
+    def remove(self, sess: GatewaySession, state: SessionState) -> None:
+        if self.by_uid.pop(sess.uid, None) is not None:
+            self._states[sess.state] -= 1
+            self._set_unanswered(sess, 0)
+            self._idle.pop(sess.uid, None)
+            if self.sessions.get(sess.session_id) is sess:
+                del self.sessions[sess.session_id]
+        sess.state = state
+
+    def touch(self, sess: GatewaySession, now_s: float) -> None:
+        """A call of the session was seen now."""
+        sess.last_seen_s = now_s
+        if sess.uid in self._idle:
+            self._idle.move_to_end(sess.uid)
 
     # ------------------------------------------------------------ calls
+    def _set_unanswered(self, sess: GatewaySession, tokens: int) -> None:
+        before = sess.unanswered_prompt_tokens
+        self._unanswered_tokens += tokens - before
+        self._unanswered_sessions += (tokens > 0) - (before > 0)
+        sess.unanswered_prompt_tokens = tokens
+
     def call_forwarded(self, sess: GatewaySession, prompt_tokens: int, now_s: float) -> None:
         sess.calls += 1
         sess.in_flight += 1
-        sess.unanswered_prompt_tokens += prompt_tokens
+        self._idle.pop(sess.uid, None)
+        self._set_unanswered(sess, sess.unanswered_prompt_tokens + prompt_tokens)
         sess.context_tokens = max(sess.context_tokens, prompt_tokens)
         sess.last_seen_s = now_s
 
     def call_answering(self, sess: GatewaySession, prompt_tokens: int) -> None:
         """The first byte of the answer arrived: its prompt is no longer backlog."""
-        sess.unanswered_prompt_tokens = max(sess.unanswered_prompt_tokens - prompt_tokens, 0)
+        self._set_unanswered(sess, max(sess.unanswered_prompt_tokens - prompt_tokens, 0))
 
-    def call_done(self, sess: GatewaySession, usage: CallUsage | None, now_s: float) -> None:
+    def call_done(self, sess: GatewaySession, usage: CallUsage | None, now_s: float,
+                  refused: bool = False) -> None:
+        """A forwarded call ended. ``refused``: the engine did not take it (an
+        error status, or never reached), so its prompt is not in the engine's
+        cache and the session's context falls back to what the engine last
+        confirmed."""
         sess.in_flight = max(sess.in_flight - 1, 0)
         if sess.in_flight == 0:
-            sess.unanswered_prompt_tokens = 0
+            self._set_unanswered(sess, 0)
+            if sess.uid in self.by_uid:
+                self._idle[sess.uid] = None
+                self._idle.move_to_end(sess.uid)
         sess.last_seen_s = now_s
+        if refused and usage is None:
+            sess.context_tokens = sess.confirmed_context_tokens
+            return
         if usage is None:
             return
-        sess.context_tokens = usage.context_tokens
+        sess.context_tokens = sess.confirmed_context_tokens = usage.context_tokens
         if usage.cached_tokens is not None and usage.prompt_tokens > 0:
             cached = min(usage.cached_tokens, usage.prompt_tokens)
             self._hits.append((now_s, cached, usage.prompt_tokens))
@@ -100,7 +153,11 @@ class SessionTable:
             self._hit_prompt += usage.prompt_tokens
 
     # ------------------------------------------------------------ views
+    def count(self, state: SessionState) -> int:
+        return self._states.get(state, 0)
+
     def of_state(self, state: SessionState) -> list[GatewaySession]:
+        """Sessions in ``state`` (a walk of the table: for views, not for calls)."""
         return [s for s in self.sessions.values() if s.state is state]
 
     def admitted(self) -> list[GatewaySession]:
@@ -110,10 +167,33 @@ class SessionTable:
         return sum(s.context_tokens for s in self.sessions.values() if s.state is SessionState.ADMITTED)
 
     def unanswered_prompt_tokens(self) -> int:
-        return sum(s.unanswered_prompt_tokens for s in self.sessions.values())
+        return self._unanswered_tokens
+
+    def unanswered_sessions(self) -> int:
+        """Sessions with a call forwarded and not yet answered."""
+        return self._unanswered_sessions
+
+    def expire(self, now_s: float, timeout_s: float,
+               keep: Callable[[GatewaySession], bool] = lambda s: False) -> list[GatewaySession]:
+        """Sessions with no call in flight and none seen for ``timeout_s``,
+        least recently seen first; costs one step per session returned. A
+        session ``keep`` spares (a held call waiting) counts as seen now."""
+        out: list[GatewaySession] = []
+        idle = self._idle
+        while idle:
+            uid = next(iter(idle))
+            sess = self.by_uid[uid]
+            if now_s - sess.last_seen_s < timeout_s:
+                break
+            if keep(sess):
+                self.touch(sess, now_s)
+                continue
+            idle.pop(uid)
+            out.append(sess)
+        return out
 
     def idle(self, now_s: float, timeout_s: float) -> list[GatewaySession]:
-        """Admitted or parked sessions with no call in flight for ``timeout_s``."""
+        """Admitted or parked sessions with no call in flight for ``timeout_s`` (a walk, for views)."""
         return [s for s in self.sessions.values()
                 if s.in_flight == 0 and now_s - s.last_seen_s >= timeout_s]
 

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from basin.gateway.gate import Gate
+from basin.gateway.gate import UNKNOWN_CAPACITY_TOKENS, Gate
 from basin.gateway.sessions import SessionState
 
 _LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
@@ -32,7 +32,7 @@ class _GateCollector(Collector):
         gate = self.gate
         sessions = GaugeMetricFamily("basin_gateway_sessions", "Sessions by state", labels=["state"])
         for state in (SessionState.ADMITTED, SessionState.PARKED):
-            sessions.add_metric([state.value], len(gate.table.of_state(state)))
+            sessions.add_metric([state.value], gate.table.count(state))
         sessions.add_metric(["paused"], gate.paused_count())
         yield sessions
         outcomes = CounterMetricFamily("basin_gateway_session_outcomes", "Session decisions and endings",
@@ -53,10 +53,17 @@ class _GateCollector(Collector):
         yield GaugeMetricFamily("basin_gateway_draining", "New sessions refused", value=float(gate.draining))
         yield GaugeMetricFamily("basin_gateway_scrape_failures", "Consecutive failed engine scrapes",
                                 value=float(self.scrape_failures()))
+        yield GaugeMetricFamily("basin_gateway_control_failures", "Control steps failed in a row (0 after a success)",
+                                value=float(gate.control_failures))
+        yield CounterMetricFamily("basin_gateway_control_errors", "Exceptions raised by the policy, in all",
+                                  value=float(gate.control_errors))
         signal = GaugeMetricFamily("basin_gateway_signal", "Signals as the policy last saw them", labels=["name"])
         if gate.last_signals is not None:
             for name in _SIGNALS:
-                signal.add_metric([name], float(getattr(gate.last_signals, name)))
+                value = float(getattr(gate.last_signals, name))
+                if name == "gpu_cache_tokens" and value >= UNKNOWN_CAPACITY_TOKENS:
+                    value = math.nan  # unknown, not a huge cache
+                signal.add_metric([name], value)
         yield signal
 
 

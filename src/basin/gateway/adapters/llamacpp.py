@@ -43,25 +43,33 @@ class LlamaCppAdapter(EngineAdapter):
             found=tuple(r.found),
         )
 
+    async def read_props(self, session: aiohttp.ClientSession, base_url: str) -> str | None:
+        """Read ``total_slots`` and the per-slot ``n_ctx`` from GET /props into :attr:`props`;
+        returns why not (never raises), so a gateway started before its engine can ask again."""
+        props, why = await get_json(session, server_root(base_url) + "/props")
+        if props is None:
+            return why
+        found: dict[str, int] = {}
+        slots = props.get("total_slots")
+        if isinstance(slots, int) and not isinstance(slots, bool):
+            found["total_slots"] = slots
+        settings = props.get("default_generation_settings")
+        n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else props.get("n_ctx")
+        if isinstance(n_ctx, int) and not isinstance(n_ctx, bool):
+            found["n_ctx"] = n_ctx
+        self.props = found
+        return None
+
     async def check_features(self, session: aiohttp.ClientSession, base_url: str) -> list[str]:
         root = server_root(base_url)
         warnings = [
             "llamacpp: llama.cpp has no per-request priority: session priorities order only the gateway's "
             "parked queue; once forwarded, calls wait for a free slot in FIFO order."
         ]
-        props, why = await get_json(session, root + "/props")
-        if props is None:
-            warnings.append(f"llamacpp: cannot read the server properties ({why}); slot count unknown.")
-        else:
-            found: dict[str, int] = {}
-            slots = props.get("total_slots")
-            if isinstance(slots, int) and not isinstance(slots, bool):
-                found["total_slots"] = slots
-            settings = props.get("default_generation_settings")
-            n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else props.get("n_ctx")
-            if isinstance(n_ctx, int) and not isinstance(n_ctx, bool):
-                found["n_ctx"] = n_ctx
-            self.props = found
+        why = await self.read_props(session, base_url)
+        if why is not None:
+            warnings.append(f"llamacpp: cannot read the server properties ({why}); slot count unknown until "
+                            "the server answers (the gateway asks again every scrape interval).")
         url = root + "/metrics"
         got = await get_or_warn(session, url, "llamacpp", warnings)
         if got is None:

@@ -9,11 +9,13 @@ import json
 import aiohttp
 
 from basin.gateway.exposition import MetricsError
+from basin.gateway.netio import TooLarge, read_capped
 
-#: How long a start-up feature probe may take per request.
+#: How long a start-up feature probe may take per request, and how much it reads.
 PROBE_TIMEOUT_S = 5.0
+PROBE_MAX_BYTES = 16 * 1024 * 1024
 
-NETWORK_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+NETWORK_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError, TooLarge)
 
 
 def server_root(base_url: str) -> str:
@@ -38,7 +40,7 @@ async def get_text(session: aiohttp.ClientSession, url: str, timeout_s: float) -
     """(HTTP status, body) of a GET that does not follow redirects."""
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with session.get(url, timeout=timeout, allow_redirects=False) as resp:
-        return resp.status, await resp.text(errors="replace")
+        return resp.status, (await read_capped(resp, PROBE_MAX_BYTES)).decode("utf-8", "replace")
 
 
 async def get_or_warn(session: aiohttp.ClientSession, url: str, engine: str,
