@@ -27,6 +27,7 @@ Invariants (checked by :meth:`RadixCache.check`, pinned by tests):
   be backed up is backed up (host space permitting).
 * TREE: every node's ancestors are in the tree; a device node's ancestors
   are device-resident.
+* DEVICE-CHILDREN: a node's count of device-resident children is exact.
 
 Locking
 -------
@@ -57,7 +58,7 @@ Key = Sequence[tuple[Hashable, int]]
 class _Node:
     __slots__ = (
         "chunk", "start", "length", "parent", "children", "on_device", "on_host",
-        "lock_ref", "last_access", "has_state", "state_lock",
+        "lock_ref", "last_access", "has_state", "state_lock", "device_child_count",
     )
 
     def __init__(self, chunk: Hashable, start: int, length: int, parent: _Node | None):
@@ -72,12 +73,12 @@ class _Node:
         self.last_access = 0.0
         self.has_state = False
         self.state_lock = 0
+        #: Children on the device tier (kept current, so that a leaf test is
+        #: O(1); DEVICE-CHILDREN checks it).
+        self.device_child_count = 0
 
     def device_children(self) -> bool:
-        for child in self.children.values():
-            if child.on_device:
-                return True
-        return False
+        return self.device_child_count > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +327,7 @@ class RadixCache:
             raise InvariantViolation("TREE", "split of a node outside the tree")
         head = _Node(node.chunk, node.start, head_len, parent)
         head.on_device = node.on_device
+        head.device_child_count = 1 if node.on_device else 0
         head.on_host = node.on_host
         head.last_access = node.last_access
         del parent.children[(node.chunk, node.start)]
@@ -397,6 +399,7 @@ class RadixCache:
         loaded = 0
         for node in chain:
             node.on_device = True
+            node.parent.device_child_count += 1  # type: ignore[union-attr]
             loaded += node.length
         self.device_used += loaded
         self.stats.loaded_tokens += loaded
@@ -445,12 +448,14 @@ class RadixCache:
                 if child is None:
                     child = _Node(chunk, offset, take, node)
                     node.children[(chunk, offset)] = child
+                    node.device_child_count += 1
                     new_device += take
                     self.stats.inserted_tokens += take
                 elif take < child.length:
                     child = self._split(child, take)
                 if not child.on_device:
                     child.on_device = True
+                    node.device_child_count += 1
                     new_device += child.length
                 offset += child.length
                 pos += child.length
@@ -513,48 +518,75 @@ class RadixCache:
         if node is self.root or node.lock_ref:
             return
         self._seq += 1
-        if node.on_device and not node.device_children():
+        if node.on_device and not node.device_child_count:
             heapq.heappush(self._dev_heap, (node.last_access, self._seq, node))
         elif not node.on_device and not node.children:
             heapq.heappush(self._host_heap, (node.last_access, self._seq, node))
 
     def _evict_device(self, n_tokens: int) -> int:
+        """Evict least-recently-used device leaves until ``n_tokens`` are free.
+
+        A leaf's parent inherits its stamp; when no other candidate is as old,
+        the parent is the next one out, and it is evicted straight away
+        instead of going through the heap (the order is the heap's own, so a
+        session's chain leaves from its leaf end in one pass).
+        """
         freed = 0
         heap = self._dev_heap
+        root = self.root
+        stats = self.stats
         while freed < n_tokens and heap:
             stamp, _, node = heapq.heappop(heap)
             if (node.parent is None or not node.on_device or node.lock_ref
-                    or stamp != node.last_access or node.device_children()):
+                    or stamp != node.last_access or node.device_child_count):
                 continue
-            freed += node.length
-            self.device_used -= node.length
-            self.stats.evicted_device_tokens += node.length
-            node.on_device = False
-            parent = node.parent
-            if not node.on_host:
-                self._remove_subtree(node)
-            else:
-                self._push_candidate(node)
-            if parent.last_access < stamp:
-                parent.last_access = stamp
-            self._push_candidate(parent)
+            while True:
+                freed += node.length
+                self.device_used -= node.length
+                stats.evicted_device_tokens += node.length
+                node.on_device = False
+                parent = node.parent
+                parent.device_child_count -= 1
+                if not node.on_host:
+                    self._remove_subtree(node)
+                else:
+                    self._push_candidate(node)
+                if parent.last_access < stamp:
+                    parent.last_access = stamp
+                if (freed < n_tokens and parent is not root and not parent.lock_ref
+                        and not parent.device_child_count and parent.last_access == stamp
+                        and (not heap or heap[0][0] > stamp)):
+                    node = parent  # the heap would hand it over next
+                    continue
+                self._push_candidate(parent)
+                break
         return freed
 
     def _evict_host(self, n_tokens: int) -> int:
+        """Evict least-recently-used host-only leaves (as :meth:`_evict_device`)."""
         freed = 0
         heap = self._host_heap
+        root = self.root
+        stats = self.stats
         while freed < n_tokens and heap:
             stamp, _, node = heapq.heappop(heap)
             if (node.parent is None or node.on_device or node.children or node.lock_ref
                     or stamp != node.last_access):
                 continue
-            freed += node.length
-            parent = node.parent
-            self._remove_subtree(node)
-            self.stats.evicted_host_tokens += node.length
-            if parent.last_access < stamp:
-                parent.last_access = stamp
-            self._push_candidate(parent)
+            while True:
+                freed += node.length
+                parent = node.parent
+                self._remove_subtree(node)
+                stats.evicted_host_tokens += node.length
+                if parent.last_access < stamp:
+                    parent.last_access = stamp
+                if (freed < n_tokens and parent is not root and not parent.on_device and not parent.children
+                        and not parent.lock_ref and parent.last_access == stamp
+                        and (not heap or heap[0][0] > stamp)):
+                    node = parent
+                    continue
+                self._push_candidate(parent)
+                break
         return freed
 
     def _evict_states(self, n_slots: int) -> None:
@@ -574,6 +606,21 @@ class RadixCache:
         if parent is None:
             raise InvariantViolation("TREE", "removal of a node outside the tree")
         del parent.children[(node.chunk, node.start)]
+        if node.on_device:
+            parent.device_child_count -= 1
+        if not node.children:
+            # A leaf (the usual case): no walk.
+            if node.on_host:
+                self.host_used -= node.length
+                node.on_host = False
+            if node.on_device:
+                self.device_used -= node.length
+                node.on_device = False
+            if node.has_state:
+                node.has_state = False
+                self.states_used -= 1
+            node.parent = None
+            return
         stack = [node]
         while stack:
             n = stack.pop()
@@ -622,6 +669,9 @@ class RadixCache:
         """
         dev = host = states = 0
         refs = self.root.lock_ref
+        on_root = sum(1 for c in self.root.children.values() if c.on_device)
+        require(self.root.device_child_count == on_root, "DEVICE-CHILDREN",
+                f"root: {self.root.device_child_count} device children counted, {on_root} held")
         for n in self.nodes():
             parent = n.parent
             if parent is None or parent.children.get((n.chunk, n.start)) is not n:
@@ -636,6 +686,10 @@ class RadixCache:
                 raise InvariantViolation("TREE", "node in no tier")
             if n.lock_ref < 0:
                 raise InvariantViolation("LOCK-BALANCE", f"negative lock count {n.lock_ref}")
+            on_device = sum(1 for c in n.children.values() if c.on_device)
+            if n.device_child_count != on_device:
+                raise InvariantViolation("DEVICE-CHILDREN",
+                                         f"{n.device_child_count} device children counted, {on_device} held")
             refs += n.lock_ref
             if n.has_state:
                 states += 1
