@@ -54,21 +54,23 @@ def config(arrivals, duration_s=1800.0, deployment="1p1d-h100", **kw) -> SimConf
                      arrivals, duration_s, **kw)
 
 
-class CheckedSimulator(Simulator):
-    """Checks the engine's invariants after every minute of simulated time."""
+def check_invariants(sim: Simulator, minute: int) -> None:
+    """The engine's invariants, checked after every minute of simulated time."""
+    for p in sim.prefills:
+        p.cache.check()  # CAP-DEVICE, CAP-HOST, TREE
+    for d in sim.decodes:
+        assert 0 <= d.used <= d.capacity, "decode memory over capacity"
+        assert d.reserved_idle >= 0
+    assert sim.driver.working_set_tokens == sum(s.context_tokens for s in sim.active), "working set drift"
+    assert sim.driver.admitted_count == len(sim.active), "driver and engine disagree on who is active"
+    assert set(sim.driver.parked) == {s.uid for s in sim.sessions
+                                      if s.uid in sim.driver.sessions and s not in sim.active}
+    assert sum(sim.active_by_tag.values()) == len(sim.active)
 
-    def _sample(self, minute: int) -> None:
-        super()._sample(minute)
-        for p in self.prefills:
-            p.cache.check()  # CAP-DEVICE, CAP-HOST, TREE
-        for d in self.decodes:
-            assert 0 <= d.used <= d.capacity, "decode memory over capacity"
-            assert d.reserved_idle >= 0
-        assert self.driver.working_set_tokens == sum(s.context_tokens for s in self.active), "working set drift"
-        assert self.driver.admitted_count == len(self.active), "driver and engine disagree on who is active"
-        assert set(self.driver.parked) == {s.uid for s in self.sessions
-                                           if s.uid in self.driver.sessions and s not in self.active}
-        assert sum(self.active_by_tag.values()) == len(self.active)
+
+def CheckedSimulator(cfg: SimConfig, policy: Policy) -> Simulator:  # noqa: N802 (reads as the class it stands for)
+    """A simulator that checks its invariants every simulated minute."""
+    return Simulator(cfg, policy, on_sample=check_invariants)
 
 
 def test_run_is_deterministic_and_conserves_tokens_and_sessions():

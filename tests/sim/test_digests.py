@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from tests.sim.digests import CASES, case_id, run_digest, stored
 
@@ -12,3 +18,38 @@ def test_the_tables_of_a_benchmark_run_are_unchanged(case):
     assert run_digest(case) == expected, (
         f"{case_id(case)}: the run's tables changed; if the model changed on purpose, "
         "rewrite the digests with `python -m tests.sim.digests --write` and say so in the commit")
+
+
+#: The cases the pure-Python simulator reruns in a subprocess (the shortest
+#: ones that cover both a trapped cache and several prefill instances).
+PURE_CASES = [c for c in CASES if c[0] == "trap-1p1d" or "deployment=2p6d-h200" in c[2]]
+
+
+def test_the_pure_python_simulator_gives_the_same_tables():
+    """With a compiled build present this compares the two builds; without
+    one it reruns the pure modules in a fresh process."""
+    script = ("import json, basin.sim; from tests.sim.digests import CASES, case_id, run_digest; "
+              f"ids = {[case_id(c) for c in PURE_CASES]!r}; "
+              "print(json.dumps({'compiled': basin.sim.compiled(), "
+              "'digests': {case_id(c): run_digest(c) for c in CASES if case_id(c) in ids}}))")
+    env = dict(os.environ, BASIN_PURE_PYTHON="1")
+    out = subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["compiled"] is False
+    expected = stored()
+    assert report["digests"] == {case_id(c): expected[case_id(c)] for c in PURE_CASES}
+
+
+def test_a_current_compiled_build_is_the_one_in_use():
+    """`make test` builds the compiled simulator first (`make accel`); when a
+    build is there and matches its sources, this process must be running it,
+    so the digests above checked the compiled modules."""
+    import basin.sim
+
+    if not basin.sim._built():
+        pytest.skip("no compiled simulator here (make accel builds it)")
+    current = basin.sim.DIGEST_FILE.is_file() and \
+        basin.sim.DIGEST_FILE.read_text(encoding="utf-8").strip() == basin.sim.source_digest()
+    assert current, "the compiled simulator is older than its sources: run `make accel`"
+    assert basin.sim.compiled()

@@ -51,21 +51,18 @@ def _config(deployment: str, n: int, rate_per_min: float, duration_s: float, see
     return SimConfig(hw, dep, arrivals, duration_s, **kw)
 
 
-class BalancedSimulator(Simulator):
+class BalanceCheck:
     """Checks, every simulated minute and at the end, that the caches' lock
     counts and the decode instances' idle reservations are exactly what the
     live requests and pins hold."""
 
-    pins_seen = 0
+    def __init__(self) -> None:
+        self.pins_seen = 0
 
-    def _sample(self, minute: int) -> None:
-        super()._sample(minute)
-        self.check_balance()
-
-    def check_balance(self) -> None:
-        locks = {id(p): 0 for p in self.prefills}
-        idle = {id(d): 0 for d in self.decodes}
-        for s in self.sessions:
+    def __call__(self, sim: Simulator, minute: int) -> None:
+        locks = {id(p): 0 for p in sim.prefills}
+        idle = {id(d): 0 for d in sim.decodes}
+        for s in sim.sessions:
             req = s.inflight
             if req is not None:
                 if req.match is not None:
@@ -76,44 +73,45 @@ class BalancedSimulator(Simulator):
             if s.pin is not None:
                 locks[id(s.pin_instance)] += 1
                 self.pins_seen += 1
-        for p in self.prefills:
+        for p in sim.prefills:
             p.cache.check(lock_handles=locks[id(p)])
-        for d in self.decodes:
+        for d in sim.decodes:
             d.check(reserved_idle=idle[id(d)])
 
 
-def _run(cfg: SimConfig, policy) -> tuple[BalancedSimulator, dict]:
-    sim = BalancedSimulator(cfg, policy)
+def _run(cfg: SimConfig, policy) -> tuple[Simulator, dict, BalanceCheck]:
+    check = BalanceCheck()
+    sim = Simulator(cfg, policy, on_sample=check)
     result = sim.run()
-    sim.check_balance()
+    check(sim, -1)
     calls = result.calls
     assert len(calls["session_uid"]) > 20
     assert np.all(calls["cached_tokens"] + calls["loaded_tokens"] + calls["uncached_tokens"] == calls["prompt_tokens"])
-    return sim, result
+    return sim, result, check
 
 
 @pytest.mark.parametrize("at_completion", [False, True])
 def test_locks_balance_under_cache_pressure_with_a_host_tier(at_completion):
     cfg = _config("2P3D-h100-nvl", 40, 30.0, 600.0, seed=1, pool_tokens=120_000, kv_tokens=400_000,
                   reserve_at_prefill_completion=at_completion)
-    sim, result = _run(cfg, HiCachePolicy())
+    sim, result, _ = _run(cfg, HiCachePolicy())
     stats = [p.cache.stats for p in sim.prefills]
     assert sum(s.evicted_device_tokens for s in stats) > 0 and sum(s.loaded_tokens for s in stats) > 0
 
 
 def test_locks_balance_with_ttl_pins_and_ordered_queues():
     cfg = _config("1p2d-h100", 40, 30.0, 600.0, seed=2, pool_tokens=150_000, kv_tokens=600_000)
-    sim, result = _run(cfg, ContinuumPolicy())
-    assert sim.pins_seen > 0
+    sim, result, check = _run(cfg, ContinuumPolicy())
+    assert check.pins_seen > 0
 
 
 def test_locks_balance_when_decode_instances_borrow_prefill():
     cfg = _config("1p2d-h200", 40, 40.0, 600.0, seed=3, pool_tokens=150_000, kv_tokens=600_000)
-    sim, _ = _run(cfg, CrossflowPolicy())
+    sim, _, _ = _run(cfg, CrossflowPolicy())
     assert sim.borrowing is not None and sim.borrowing.stats()["completed"] > 0
 
 
 def test_locks_balance_with_decode_memory_lent_as_cache():
     cfg = _config("1p2d-h100", 40, 30.0, 600.0, seed=4, pool_tokens=100_000, kv_tokens=800_000)
-    sim, _ = _run(cfg, BasinPolicy())
+    sim, _, _ = _run(cfg, BasinPolicy())
     assert sim.lent_tier is not None

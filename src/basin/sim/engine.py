@@ -96,8 +96,13 @@ class RunResult:
 
 
 class Simulator:
-    def __init__(self, config: SimConfig, policy: Policy):
+    def __init__(self, config: SimConfig, policy: Policy,
+                 on_sample: Callable[[Simulator, int], None] | None = None):
+        """``on_sample`` is called after each simulated minute is recorded
+        (tests check invariants there; the compiled simulator cannot be
+        subclassed from Python)."""
         self.config = config
+        self.on_sample = on_sample
         hw = config.hardware
         dep = config.deployment
         self.loop = EventLoop()
@@ -471,6 +476,8 @@ class Simulator:
             "decode_running": sum(len(d.batch) for d in self.decodes),
         }
         self.recorder.close_minute(minute, gauges, self.active_by_tag)
+        if self.on_sample is not None:
+            self.on_sample(self, minute)
 
     # ============================================================ reference
     def _reference_s(self, session: Session, start_call: int) -> float:
