@@ -29,6 +29,7 @@ ran: arrival-order priority and admission by current context.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -161,6 +162,9 @@ class BasinPolicy(Policy):
         self.cliff = cliff or CliffSummary()
         self.predictor = predictor
         self.sessions: dict[int, _Session] = {}
+        #: Sessions registered and not admitted, by priority (stale entries,
+        #: admitted, finished or shed since, are dropped when they surface).
+        self._waiting: list[tuple[float, int, _Session]] = []
         self.state = ControllerState()
 
     @property
@@ -203,12 +207,22 @@ class BasinPolicy(Policy):
     def on_session_arrival(self, info: SessionInfo, signals: Signals) -> Admission:
         sess = self._register(info)
         st = self.state
-        waiting = [s for s in self.sessions.values() if not s.admitted and s is not sess]
-        ahead = any(s.prio <= sess.prio for s in waiting)
+        # A waiting session of higher or equal priority keeps its place.
+        ahead = self._first_waiting_prio() <= sess.prio
         if not ahead and (not st.admit or self._fits(sess, signals)):
             self._admit(sess)
             return Admission.ADMIT
+        heapq.heappush(self._waiting, (sess.prio, info.uid, sess))
         return Admission.PARK
+
+    def _first_waiting_prio(self) -> float:
+        heap = self._waiting
+        while heap:
+            _, uid, sess = heap[0]
+            if not sess.admitted and self.sessions.get(uid) is sess:
+                return sess.prio
+            heapq.heappop(heap)
+        return _INF
 
     def attach(self, active: Sequence[SessionInfo], now_s: float) -> None:
         for info in active:
