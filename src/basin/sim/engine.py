@@ -12,9 +12,10 @@ finite surge leave the engine trapped.
 The policy sees only :class:`~basin.policy.base.Signals` and session events,
 and answers with decisions; the one :class:`~basin.policy.driver.PolicyDriver`
 keeps the session accounting and applies them, and the simulator hosts it
-(the gateway and the emulator host the same driver). The engine mechanisms a
-policy needs (:class:`~basin.policy.base.EngineNeeds`) are applied at the
-start and again when an intervention switches the policy.
+(the gateway hosts the same driver; the emulator runs no policy, the gateway
+in front of it does). The engine mechanisms a policy needs
+(:class:`~basin.policy.base.EngineNeeds`) are applied at the start and again
+when an intervention switches the policy.
 """
 
 from __future__ import annotations

@@ -32,6 +32,12 @@ class EventLoop:
         self._seq += 1
         heapq.heappush(self._heap, (time_s, klass, self._seq, handler, arg))
 
+    @property
+    def next_event_s(self) -> float | None:
+        """Time of the earliest pending event (lazily cancelled ones included),
+        for a wall-clock driver that sleeps until then (the emulator)."""
+        return self._heap[0][0] if self._heap else None
+
     def run(self, until_s: float, progress: Callable[[float], None] | None = None) -> None:
         heap = self._heap
         pop = heapq.heappop
