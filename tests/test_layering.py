@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "systems": {"catalog", "policy", "predict", "workload"},
     "experiments": {"catalog", "policy", "predict", "model", "metrics", "sim", "systems", "workload"},
     "gateway": {"catalog", "policy", "predict", "metrics", "systems", "workload"},
-    "emulate": {"catalog", "policy", "predict", "metrics", "sim", "systems", "workload"},
+    "emulate": {"catalog", "policy", "sim", "workload"},  # an engine over HTTP: never the gateway
     "cli": {"catalog", "policy", "predict", "model", "metrics", "sim", "systems", "workload", "experiments",
             "gateway", "emulate"},
     "__main__": {"cli"},  # `python -m basin`: the command, nothing else

@@ -36,6 +36,31 @@ class Deployment(BaseModel):
         return f"{self.prefill_instances}P{self.decode_instances}D"
 
 
+class DescribedDeployment(BaseModel):
+    """A deployment file that names a model, a GPU and tensor parallelism
+    instead of a hardware profile; its profile is derived
+    (:mod:`basin.catalog.roofline`) and named ``MODEL@GPU[/tpN]``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    model: str
+    gpu: str
+    tp: int = Field(default=1, ge=1)
+    prefill_instances: int = Field(ge=1)
+    decode_instances: int = Field(ge=1)
+    host_ratio: float = Field(ge=0)
+    router: RouterName = "cache-aware"
+
+    def deployment(self) -> Deployment:
+        from basin.catalog.roofline import describe, hardware_name
+
+        describe(self.model, self.gpu, self.tp)  # an unknown model or GPU, or no room for the cache: now
+        return Deployment(name=self.name, hardware=hardware_name(self.model, self.gpu, self.tp),
+                          prefill_instances=self.prefill_instances, decode_instances=self.decode_instances,
+                          host_ratio=self.host_ratio, router=self.router)
+
+
 @dataclass(frozen=True, slots=True)
 class CacheCapacity:
     """Prefix-cache capacity of a deployment, totals over its prefill instances."""
@@ -61,7 +86,9 @@ _SHAPE = re.compile(r"^(\d+)[pP](\d+)[dD](?:-(.+))?$")
 
 
 def load_deployment(name_or_path: str) -> Deployment:
-    """A deployment by file name, path, or shape such as ``2P4D-h200`` (any xPyD)."""
+    """A deployment by file name, path, or shape such as ``2P4D-h200`` (any
+    xPyD; the hardware may be a derived ``MODEL@GPU[/tpN]``). A file names
+    either ``hardware`` or ``model``, ``gpu`` and ``tp``."""
     match = _SHAPE.match(name_or_path)
     if match and not (PROFILE_DIR / "deployments" / f"{name_or_path}.yaml").exists():
         p, d, hw = match.groups()
@@ -79,10 +106,15 @@ def load_deployment(name_or_path: str) -> Deployment:
         return Deployment(name=name_or_path, hardware=hardware, prefill_instances=int(p),
                           decode_instances=int(d), host_ratio=2.0)
     path = named_file("deployments", name_or_path)
+    data = load_yaml(path)
     try:
-        return Deployment.model_validate(load_yaml(path))
+        if isinstance(data, dict) and "hardware" not in data and ("model" in data or "gpu" in data):
+            return DescribedDeployment.model_validate(data).deployment()
+        return Deployment.model_validate(data)
     except ValidationError as exc:
         raise BasinInputError(validation_message(path, exc)) from None
+    except BasinInputError as exc:
+        raise BasinInputError(f"{path}: {exc}") from None
 
 
 def with_host_ratio(deployment: Deployment, host_ratio: float | None) -> Deployment:

@@ -82,6 +82,12 @@ class HardwareProfile(_Frozen):
 
 
 def load_hardware(name_or_path: str) -> HardwareProfile:
+    """A measured profile by name or path, or a derived one named
+    ``MODEL@GPU[/tpN]`` (:mod:`basin.catalog.roofline`)."""
+    if "@" in name_or_path:
+        from basin.catalog.roofline import derived_hardware
+
+        return derived_hardware(name_or_path)
     path = named_file("hardware", name_or_path)
     try:
         return HardwareProfile.model_validate(load_yaml(path))

@@ -65,6 +65,15 @@ def _register() -> None:
     from basin.cli import replay
 
     app.command("replay")(replay.replay)
+    from basin.cli import vulnerable
+
+    app.command("vulnerable")(vulnerable.vulnerable)
+    from basin.cli import deployment
+
+    app.add_typer(deployment.app, name="deployment")
+    from basin.cli import emulate
+
+    app.command("emulate")(emulate.emulate)
 
 
 _register()
