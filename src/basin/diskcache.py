@@ -16,6 +16,7 @@ import hashlib
 import os
 import pickle
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -57,18 +58,39 @@ def make_key(*parts: object) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
 
 
+#: The last few results this process read or computed (a run asks for its
+#: workload twice: for the sessions and for the predictor's training set);
+#: bounded, so that a sweep over many seeds does not hold every workload.
+_MEMO: OrderedDict[tuple[str, str], Any] = OrderedDict()
+_MEMO_ENTRIES = 4
+
+
+def _remember(kind: str, key: str, value: Any) -> None:
+    _MEMO[(kind, key)] = value
+    _MEMO.move_to_end((kind, key))
+    while len(_MEMO) > _MEMO_ENTRIES:
+        _MEMO.popitem(last=False)
+
+
 def cached(kind: str, key: str, compute: Callable[[], T]) -> T:
     """The stored result of ``kind``/``key``, else ``compute()`` stored.
 
-    An unwritable cache costs a warning, never the result.
+    Values are shared within a process: treat them as read-only. An
+    unwritable cache costs a warning, never the result.
     """
     if not enabled():
         return compute()
+    memo = _MEMO.get((kind, key))
+    if memo is not None:
+        _MEMO.move_to_end((kind, key))
+        return memo
     path = cache_dir(kind) / f"{key}.pickle"
     value = _load(path)
     if value is not None:
+        _remember(kind, key, value)
         return value
     value = compute()
+    _remember(kind, key, value)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{key}.{os.getpid()}.tmp")

@@ -44,6 +44,7 @@ from basin.catalog.capacity import effective_cache_tokens
 from basin.catalog.deployments import ROUTERS, Deployment, load_deployment
 from basin.errors import BasinInputError
 from basin.paths import PROFILE_DIR
+from basin.yamlfile import safe_load
 
 #: Where profiles live by default.
 BASIN_PROFILE_DIR = PROFILE_DIR / "basin"
@@ -572,7 +573,7 @@ def load_profile(path_or_name: str | os.PathLike[str]) -> CliffProfile:
         import yaml
 
         try:
-            data = yaml.safe_load(text)
+            data = safe_load(text)
         except yaml.YAMLError as exc:
             raise BasinInputError(f"{path}: not valid YAML ({exc})") from None
     return profile_from_dict(data, path)

@@ -29,6 +29,7 @@ from basin.catalog import RouterName
 from basin.catalog.files import close_names
 from basin.errors import BasinInputError
 from basin.paths import SCENARIO_DIR
+from basin.yamlfile import safe_load
 
 
 class _Model(BaseModel):
@@ -169,7 +170,7 @@ def _parse_set(item: str) -> tuple[list[str], Any]:
         raise BasinInputError(f"--set '{item}': expected key.path=value, e.g. --set surge.factor=2.0")
     key, raw = item.split("=", 1)
     try:
-        value = yaml.safe_load(raw) if raw != "" else ""
+        value = safe_load(raw) if raw != "" else ""
     except yaml.YAMLError:
         value = raw
     path = key.strip().split(".")
@@ -335,7 +336,7 @@ def load_scenario(name_or_path: str, overrides: list[str] | None = None) -> Scen
     path = scenario_path(name_or_path)
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+            data = safe_load(fh)
     except yaml.YAMLError as exc:
         raise BasinInputError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(data, dict):

@@ -72,6 +72,12 @@ class Call:
         if self.block_hashes is not None and not isinstance(self.block_hashes, tuple):
             raise RecordError("block_hashes", "expected a tuple of integers")
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # Pickled as its fields and restored without the checks it passed when
+        # built: a cached workload holds some 150,000 calls.
+        return _restore_call, (self.prompt_tokens, self.new_tokens, self.output_tokens, self.tool_gap_s,
+                               self.block_hashes)
+
     @property
     def reused_tokens(self) -> int:
         """Prompt tokens repeated from earlier in the session."""
@@ -81,6 +87,16 @@ class Call:
     def context_tokens(self) -> int:
         """Context after this call: its prompt plus its output."""
         return self.prompt_tokens + self.output_tokens
+
+
+def _restore_call(prompt_tokens: int, new_tokens: int, output_tokens: int, tool_gap_s: float,
+                  block_hashes: tuple[int, ...] | None) -> Call:
+    call = object.__new__(Call)
+    for name, value in (("prompt_tokens", prompt_tokens), ("new_tokens", new_tokens),
+                        ("output_tokens", output_tokens), ("tool_gap_s", tool_gap_s),
+                        ("block_hashes", block_hashes)):
+        object.__setattr__(call, name, value)
+    return call
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ from basin.errors import BasinInputError, where
 from basin.workload.agent_tables import AGENT_TABLES, load_agent_table, table_files
 from basin.workload.records import Call, Session, Workload
 from basin.workload.stats import workload_stats
+from basin.yamlfile import safe_load
 
 #: Where the fitted preset files live (one YAML file per preset).
 PRESETS_DATA_DIR = Path(__file__).resolve().parent / "presets_data"
@@ -312,7 +313,7 @@ def _section(cls: type, data: object, path: Path, section: str) -> Any:
 def load_preset_file(path: Path) -> SyntheticPreset:
     """Read one preset file (``presets_data/<name>.yaml``, written by the fit script)."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise BasinInputError(f"{path}: unreadable preset file ({exc})") from exc
     if not isinstance(data, dict):

@@ -1,0 +1,87 @@
+"""The disk cache: computed once, reused across processes, never stale or torn."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from basin import diskcache
+from basin.workload.records import Call, Session
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("BASIN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("BASIN_NO_DISK_CACHE", raising=False)
+    diskcache._MEMO.clear()
+    yield
+    diskcache._MEMO.clear()
+
+
+def _counting(value):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return value
+
+    return compute, calls
+
+
+def test_a_result_is_computed_once_and_read_back_by_a_later_process():
+    compute, calls = _counting({"a": 1})
+    assert diskcache.cached("demo", "k1", compute) == {"a": 1}
+    diskcache._MEMO.clear()  # what a new process sees
+    assert diskcache.cached("demo", "k1", compute) == {"a": 1}
+    assert len(calls) == 1
+    assert (diskcache.cache_dir("demo") / "k1.pickle").is_file()
+
+
+def test_a_torn_entry_is_recomputed(tmp_path):
+    compute, calls = _counting([1, 2, 3])
+    path = diskcache.cache_dir("demo") / "k2.pickle"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\x80\x05not a whole pickle")
+    assert diskcache.cached("demo", "k2", compute) == [1, 2, 3]
+    assert calls == [1]
+    with open(path, "rb") as fh:
+        assert pickle.load(fh) == [1, 2, 3]
+
+
+def test_the_cache_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("BASIN_NO_DISK_CACHE", "1")
+    compute, calls = _counting(7)
+    assert diskcache.cached("demo", "k3", compute) == 7
+    assert diskcache.cached("demo", "k3", compute) == 7
+    assert len(calls) == 2
+    assert not diskcache.cache_dir("demo").exists()
+
+
+def test_an_unwritable_cache_costs_a_warning_not_the_result(tmp_path, monkeypatch):
+    blocker = tmp_path / "file-not-dir"
+    blocker.write_text("x")
+    monkeypatch.setenv("BASIN_CACHE_DIR", str(blocker))
+    with pytest.warns(UserWarning, match="could not keep a demo result"):
+        assert diskcache.cached("demo", "k4", lambda: 5) == 5
+
+
+def test_keys_change_with_any_part_and_with_the_sources(tmp_path):
+    a = tmp_path / "a.py"
+    a.write_text("x = 1\n")
+    before = diskcache.source_digest([a])
+    a.write_text("x = 2\n")
+    assert diskcache.source_digest([a]) != before
+    assert diskcache.make_key("w", 1, 0.5) != diskcache.make_key("w", 1, 0.25)
+
+
+def test_the_process_memo_is_bounded():
+    for i in range(diskcache._MEMO_ENTRIES + 3):
+        diskcache.cached("demo", f"m{i}", lambda i=i: i)
+    assert len(diskcache._MEMO) == diskcache._MEMO_ENTRIES
+
+
+def test_cached_records_round_trip_exactly():
+    s = Session("s0", (Call(100, 100, 5, 1.5), Call(120, 15, 7, 0.0, block_hashes=(1, 2))), task_text="t")
+    back = pickle.loads(pickle.dumps(s))
+    assert back == s and back.calls[1].block_hashes == (1, 2) and back.calls[0].reused_tokens == 0
