@@ -546,16 +546,77 @@ def default_model_path(workload: Workload, folds: int = DEFAULT_FOLDS, seed: int
     return cache_dir() / f"{safe}-{data.fingerprint(folds=folds, seed=seed)[:16]}.joblib"
 
 
-_RIDGE_MEMO: dict[tuple[str, int | None], RidgePeakPredictor] = {}
+class TabulatedRidge:
+    """The ridge predictor's answers for the task texts of its own workload,
+    tabulated: the text part of each (fold, text) and each model's prompt
+    slope, exactly as :meth:`RidgePeakPredictor.predict_peak_tokens` computes
+    them. The fitted models (and scikit-learn, whose import and unpickling
+    are most of a short run's start) are loaded only for a text outside the
+    table."""
+
+    name = "ridge"
+
+    def __init__(self, parts: dict[tuple[int, str | None], float], slopes: dict[int, float],
+                 fold_of_group: dict[str, int], meta: dict[str, Any], model_path: Path):
+        self.parts = parts
+        self.slopes = slopes
+        self.fold_of_group = fold_of_group
+        self.meta = meta
+        self.model_path = model_path
+        self._full: RidgePeakPredictor | None = None
+
+    @classmethod
+    def of(cls, predictor: RidgePeakPredictor, sessions: Sequence[Session], model_path: Path) -> TabulatedRidge:
+        from basin.predict.ridge import PROMPT_COLUMN
+
+        parts: dict[tuple[int, str | None], float] = {}
+        for s in sessions:
+            fold = predictor.fold_for(s.task_text, s.session_id)
+            key = (-1 if fold is None else fold, s.task_text)
+            if key not in parts:
+                model = predictor.full_model if fold is None else predictor.fold_models[fold]
+                parts[key] = float(model.predict([(s.task_text, 0)])[0])
+        models = {-1: predictor.full_model} | dict(enumerate(predictor.fold_models))
+        slopes = {f: float(m.named_steps["ridge"].coef_free_[PROMPT_COLUMN]) for f, m in models.items()}
+        table = cls(parts, slopes, predictor.fold_of_group, predictor.meta, model_path)
+        table._full = predictor
+        return table
+
+    def predict_peak_tokens(self, task_text: str | None, first_prompt_tokens: int, session_id: str,
+                            oracle_peak_tokens: int | None = None) -> float:
+        _check_call(task_text, first_prompt_tokens, session_id)
+        fold = self.fold_of_group.get(group_key(task_text, session_id))
+        f = -1 if fold is None else fold
+        part = self.parts.get((f, task_text))
+        if part is None:
+            if self._full is None:
+                self._full = RidgePeakPredictor.load(self.model_path)
+            return self._full.predict_peak_tokens(task_text, first_prompt_tokens, session_id, oracle_peak_tokens)
+        log_pred = part + self.slopes[f] * math.log1p(first_prompt_tokens)
+        return max(math.exp(log_pred), float(max(first_prompt_tokens, 1)))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_full"] = None  # the table alone goes to the disk cache
+        return state
+
+    def __repr__(self) -> str:
+        m = self.meta
+        return f"TabulatedRidge(workload={m.get('workload')!r}, texts={len(self.parts)}, folds={m.get('folds')})"
 
 
-def ridge_for_workload(workload_name: str) -> RidgePeakPredictor:
-    """The ridge predictor of a workload spec: from this process, else the disk cache, else fitted.
+_RIDGE_MEMO: dict[tuple[str, int | None], TabulatedRidge] = {}
+
+
+def ridge_for_workload(workload_name: str) -> TabulatedRidge:
+    """The ridge predictor of a workload spec, tabulated for its texts: from
+    this process, else the disk caches, else fitted.
 
     The workload is resolved as ``resolve_workload(workload_name)`` (a
     synthetic preset's default draw, seed 0). A fitted model is saved to
     :func:`default_model_path`; an unwritable cache only costs a warning.
     """
+    from basin import diskcache
     from basin.workload.presets import resolve_workload
 
     p = Path(workload_name)
@@ -564,6 +625,30 @@ def ridge_for_workload(workload_name: str) -> RidgePeakPredictor:
         return _RIDGE_MEMO[key]
     workload = resolve_workload(workload_name)
     path = default_model_path(workload)
+    # The table depends on the model (its file is named by the training
+    # data's fingerprint) and on the code that fits and applies it.
+    code = diskcache.source_digest(Path(__file__).parent.glob("*.py"))
+    table_key = diskcache.make_key("ridge-table", path.name, MODEL_FORMAT, code, _sklearn_version())
+
+    def tabulate() -> TabulatedRidge:
+        return TabulatedRidge.of(_ridge_model(workload, path), workload.sessions, path)
+
+    table = diskcache.cached("predict-tables", table_key, tabulate)
+    _RIDGE_MEMO[key] = table
+    return table
+
+
+def _sklearn_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("scikit-learn")
+    except PackageNotFoundError:
+        return "none"
+
+
+def _ridge_model(workload: Workload, path: Path) -> RidgePeakPredictor:
+    """The fitted model of ``workload``: from ``path`` when it matches, else fitted and saved there."""
     predictor = None
     if path.is_file():
         try:
@@ -579,7 +664,6 @@ def ridge_for_workload(workload_name: str) -> RidgePeakPredictor:
             predictor.save(path)
         except OSError as exc:
             warnings.warn(f"could not cache the peak predictor at {path}: {exc}", stacklevel=2)
-    _RIDGE_MEMO[key] = predictor
     return predictor
 
 
