@@ -35,6 +35,9 @@ def gateway(
     session_binding: Optional[str] = typer.Option(None, "--session-binding", help="Bind each session to this "
                                                   "request header's value at its first call, e.g. Authorization "
                                                   "(calls with another value get a 403)."),
+    record: Optional[Path] = typer.Option(None, "--record", help="Write each ended session's calls to this "
+                                          ".jsonl file in the workload schema (task text hashed, no content); "
+                                          "`basin run` and `basin replay` read it."),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
 ) -> None:
     """Run the BASIN session gateway: an OpenAI-compatible proxy that parks, orders and sheds agent sessions.
@@ -64,12 +67,17 @@ def gateway(
         "decode_metrics_urls": decode_metrics_url or None, "policy": policy,
         "profile": str(profile) if profile else None, "cache_tokens": cache_tokens,
         "admin_token": os.environ.get("BASIN_ADMIN_TOKEN") or None, "session_binding": session_binding,
+        "record": str(record) if record else None,
     }
     if listen is not None:
         overrides["listen_host"], overrides["listen_port"] = parse_listen(listen)
     if params:
         overrides["policy_params"] = params
     cfg = load_gateway_config(config, **overrides)
+    if cfg.record is not None:
+        from basin.gateway.record import check_record_path
+
+        check_record_path(cfg.record)
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
         raise BasinInputError(f"--log-level {log_level!r}: use debug, info, warning or error")

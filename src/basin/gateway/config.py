@@ -95,6 +95,11 @@ class GatewayConfig(BaseModel):
                                        "before its admission once the working set grew by this share of the "
                                        "capacity since the last step; 0: only timed steps")
     hit_window_s: float = Field(default=60.0, gt=0)
+    # recording (docs/gateway.md, "Recording your own traffic")
+    record: str | None = Field(default=None, description="Write each ended session's calls to this .jsonl "
+                               "file in the workload schema (task text hashed, no content)")
+    record_max_bytes: int = Field(default=256 * 2**20, gt=0, description="Rotate the record file past this size")
+    record_keep: int = Field(default=5, ge=1, description="Rotated record files kept (NAME.1.jsonl is the newest)")
     admin_token: str | None = Field(default=None, min_length=16)
 
     @field_validator("predictor")

@@ -26,6 +26,7 @@ from typing import Protocol
 
 from basin.catalog import effective_cache_tokens
 from basin.gateway.config import GatewayConfig
+from basin.gateway.record import TrafficRecorder
 from basin.gateway.sessions import GatewaySession, SessionState, SessionTable
 from basin.gateway.snapshot import EngineSnapshot
 from basin.gateway.usage import CallUsage
@@ -33,6 +34,7 @@ from basin.jsonvalues import json_values
 from basin.policy.base import Admission, Policy, SessionInfo, Signals
 from basin.policy.driver import MIN_TICK_S, EngineFigures, PolicyDriver
 from basin.policy.params import PolicyParamError
+from basin.workload.records import Session
 
 log = logging.getLogger("basin.gateway")
 
@@ -124,6 +126,9 @@ class Gate:
         self.last_control_error: str | None = None
         self.last_tick_s: float | None = None
         self._working_set_at_tick = 0
+        #: ``--record``: the sessions' calls, and where an ended session goes (set by the server).
+        self.recorder: TrafficRecorder | None = None
+        self.on_recorded: Callable[[Session, float], None] | None = None
 
     @property
     def policy(self) -> Policy:
@@ -202,6 +207,7 @@ class Gate:
             sess.shed_reason = reason
             self.counts["shed"] += 1
             self.table.remove(sess, SessionState.SHED)
+            self._record_end(sess.session_id)
             self._wake(sess)
 
     def resumed(self, uid: int) -> None:
@@ -233,6 +239,8 @@ class Gate:
             raise ShedError(sess.shed_reason or "policy", "the session was shed to protect the engine")
         sess.ending = sess.ending or end
         self.table.touch(sess, now_s)
+        if self.recorder is not None:
+            self.recorder.call_arrived(session_id, now_s, task_text)
         if self.driver.is_paused(sess.uid):
             self._guarded("the policy's held-call hook", self.driver.call_held, sess.uid, now_s)
         return sess
@@ -288,6 +296,8 @@ class Gate:
         """A forwarded call ended (answered, failed or abandoned); ``refused``:
         the engine did not take it, so its estimate leaves the context."""
         self.table.call_done(sess, usage, now_s, refused)
+        if self.recorder is not None:
+            self.recorder.call_done(sess.session_id, None if refused else usage, now_s)
         last = sess.ending and sess.in_flight == 0
         if sess.state is SessionState.ADMITTED:
             self._guarded("the policy's call hook", self.driver.call_finished, sess.uid, sess.context_tokens,
@@ -385,7 +395,15 @@ class Gate:
         self.counts["finished" if how == "finished" else how] += 1
         self.table.remove(sess, SessionState.FINISHED)
         self._guarded("the policy's session-end hook", self.driver.session_finished, sess.uid, now_s)
+        self._record_end(sess.session_id)
         self._wake(sess)
+
+    def _record_end(self, session_id: str) -> None:
+        if self.recorder is None:
+            return
+        ended = self.recorder.session_ended(session_id)
+        if ended is not None and self.on_recorded is not None:
+            self.on_recorded(*ended)
 
     def set_params(self, updates: dict[str, object]) -> dict[str, object]:
         """Change the policy's parameters at run time (admin API). Unknown

@@ -26,12 +26,14 @@ from basin.gateway.config import GatewayConfig
 from basin.gateway.connections import ConnectionGuard, GuardedRunner, refuse_over_limit
 from basin.gateway.gate import Gate
 from basin.gateway.proxy import GATED_PATHS, PASSTHROUGH_PATHS, Proxy, error_response
+from basin.gateway.record import RecordFile, TrafficRecorder
 from basin.gateway.scrape import EngineMetrics
 from basin.gateway.telemetry import Telemetry
 from basin.policy.base import Policy
 from basin.policy.registry import policy_class, policy_names
 from basin.systems import BUILD_OPTIONS, RunContext
 from basin.systems import build_policy as build_system_policy
+from basin.workload.records import Session
 
 log = logging.getLogger("basin.gateway")
 
@@ -80,6 +82,7 @@ class GatewayServer:
         self.client: aiohttp.ClientSession | None = None
         self.poller: EngineMetrics | None = None
         self.gate: Gate | None = None
+        self.record_file: RecordFile | None = None
         self.proxy: Proxy | None = None
         self.telemetry: Telemetry | None = None
         self.warnings: list[str] = []
@@ -107,6 +110,8 @@ class GatewayServer:
         self.warnings = list(await self.adapter.check_features(self.client, cfg.upstream))
         self.gate = Gate(self.policy, cfg, self.poller, cfg.cache_tokens, origin_s=self.clock())
         self.gate.slots = self._slots_from_engine()
+        if cfg.record is not None:
+            self._record_to(cfg)
         self.telemetry = Telemetry(self.gate, lambda: self.poller.failures if self.poller else 0)
         refused = self.telemetry.calls.labels("too_many_connections")
         self.guard.on_refused = refused.inc
@@ -140,6 +145,31 @@ class GatewayServer:
             self._tasks.append(asyncio.create_task(self._watch_capacity(self.adapter)))
         return self.url
 
+    def _record_to(self, cfg: GatewayConfig) -> None:
+        """``--record``: ended sessions go to the file; a failed write is logged, never a failed call."""
+        assert self.gate is not None and cfg.record is not None
+        self.record_file = RecordFile(cfg.record, cfg.record_max_bytes, cfg.record_keep)
+        self.gate.recorder = TrafficRecorder(origin_s=self.clock())
+        file = self.record_file
+
+        def write(session: Session, start_s: float) -> None:
+            try:
+                file.write(session, start_s)
+            except (OSError, ValueError) as exc:
+                log.error("cannot record session %s to %s: %s", session.session_id, file.path, exc)
+        self.gate.on_recorded = write
+        log.info("recording sessions to %s (task text hashed, no content)", file.path)
+
+    def _close_record(self) -> None:
+        """Sessions still open are written as far as they got, so a stop loses none."""
+        if self.record_file is None:
+            return
+        if self.gate is not None and self.gate.recorder is not None and self.gate.on_recorded is not None:
+            for session, start_s in self.gate.recorder.drain():
+                self.gate.on_recorded(session, start_s)
+        self.record_file.close()
+        self.record_file = None
+
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
@@ -156,6 +186,7 @@ class GatewayServer:
             self.proxy.workers.close()
         if self.client is not None:
             await self.client.close()
+        self._close_record()
 
     async def shutdown(self) -> None:
         """The orderly stop: refuse new sessions and connections, answer parked

@@ -44,6 +44,7 @@ from basin.sim.router import choose_decode, choose_prefill
 from basin.sim.sessions import Request, SessionState
 from basin.workload.arrivals import SessionArrival
 from basin.workload.records import Session
+from basin.workload.reference import unloaded_reference_s
 
 
 class EngineSwitchError(ValueError):
@@ -482,23 +483,12 @@ class Simulator:
 
     # ============================================================ reference
     def _reference_s(self, session: Session, start_call: int) -> float:
-        """Unloaded time of the session: its tool gaps plus, per call, the
-        new-suffix prefill, the fixed overheads and batch-one decode."""
+        """Unloaded time of the session from where it joined (one definition:
+        :func:`basin.workload.reference.unloaded_reference_s`)."""
         key = id(session) * 1000 + start_call
         cached = self._reference_cache.get(key)
         if cached is not None:
             return cached
-        hw = self.config.hardware
-        pre, dec = hw.prefill, hw.decode
-        total = 0.0
-        calls = session.calls
-        for k in range(start_call, len(calls)):
-            c = calls[k]
-            total += pre.step_overhead_s + pre.tokens_cost_s(c.new_tokens, c.reused_tokens) + hw.transfer_s
-            m = max(c.output_tokens - 1, 0)
-            a = dec.step_s(1, c.prompt_tokens + 1)
-            total += m * a + dec.step_per_context_token_s * m * (m - 1) / 2.0
-            if k < len(calls) - 1:
-                total += c.tool_gap_s
+        total = unloaded_reference_s(session.calls[start_call:], self.config.hardware)
         self._reference_cache[key] = total
         return total
