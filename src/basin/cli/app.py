@@ -74,6 +74,10 @@ def _register() -> None:
     from basin.cli import emulate
 
     app.command("emulate")(emulate.emulate)
+    from basin.cli import report, sweep
+
+    app.command("sweep")(sweep.sweep)
+    app.command("report")(report.report)
 
 
 _register()

@@ -4,11 +4,14 @@ comparisons and ablations all run their jobs here)."""
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
+import sys
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import TypeVar
+from typing import Any, TextIO, TypeVar
 
 Job = TypeVar("Job")
 Result = TypeVar("Result")
@@ -50,3 +53,67 @@ def run_jobs(fn: Callable[[Job], Result], jobs: Sequence[Job], workers: int | No
             if progress is not None:
                 progress(done, len(jobs))
     return results
+
+
+class JobProgress:
+    """Progress of a batch of runs on stderr: a bar with an ETA on a terminal,
+    plain ``label: done/total`` lines otherwise (logs and CI keep them; a bar's
+    redraws would be noise there). Use as ``with JobProgress(...) as tick:``
+    and call ``tick(done, total)`` after each run."""
+
+    #: Plain lines are written at most this often (the last one always).
+    LINE_INTERVAL_S = 2.0
+
+    def __init__(self, label: str, total: int, stream: TextIO | None = None,
+                 terminal: bool | None = None) -> None:
+        self.label = label
+        self.total = total
+        self.stream = stream if stream is not None else sys.stderr
+        self.terminal = self.stream.isatty() if terminal is None else terminal
+        self._start = time.monotonic()
+        self._last_line = -math.inf
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> Callable[[int, int], None]:
+        self._start = time.monotonic()
+        if self.terminal and self.total > 0:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                 console=Console(file=self.stream))
+            self._bar.start()
+            self._task = self._bar.add_task(self.label, total=self.total)
+        return self.tick
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def tick(self, done: int, total: int) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, total=total)
+            return
+        now = time.monotonic()
+        if done < total and now - self._last_line < self.LINE_INTERVAL_S:
+            return
+        self._last_line = now
+        elapsed = now - self._start
+        eta = elapsed / done * (total - done) if done else math.nan
+        print(f"{self.label}: {done}/{total} runs ({100 * done / max(total, 1):.0f}%), "
+              f"{_clock(elapsed)} elapsed" + ("" if done >= total or math.isnan(eta) else f", ETA {_clock(eta)}"),
+              file=self.stream, flush=True)
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"

@@ -1,0 +1,117 @@
+"""``basin sweep``: a scenario over a grid of overrides, with a result store."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from basin.cli.options import parse_jobs
+from basin.errors import BasinInputError
+
+if TYPE_CHECKING:
+    from basin.experiments.store import RunStore
+    from basin.experiments.sweep import Sweep
+
+_err = Console(stderr=True)
+
+
+def sweep(
+    file: Path = typer.Argument(..., help="Sweep file (YAML; docs/sweeps.md), e.g. sweeps/demo-surge-size.yaml."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output folder: the result store (runs/), the table "
+                                                           "(sweep.parquet), plots and provenance.json "
+                                                           "(default results/sweeps/<name>)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel runs (default or -1: all cores; "
+                                                                   "with Ray started here, its CPUs)."),
+    executor: str = typer.Option("local", "--executor", help="Where runs execute: local (a process pool) or "
+                                                             "ray (the 'ray' extra of basin-serve)."),
+    address: Optional[str] = typer.Option(None, "--address", help="A Ray cluster to run on (e.g. "
+                                                                  "ray://head:10001 or auto); default: a local "
+                                                                  "Ray instance."),
+    list_: bool = typer.Option(False, "--list", help="Print the runs (and which are stored) without running."),
+    as_json: bool = typer.Option(False, "--json", help="Print {runs_total, runs_computed, runs_reused, table} "
+                                                       "(with --list: the runs as JSON)."),
+    plots: bool = typer.Option(True, "--plots/--no-plots", help="Draw the sweep's plots."),
+) -> None:
+    """Run every point of a sweep's grid that the result store lacks, then
+    write one Parquet table (a row per run: its axis values and summary) and
+    the sweep's plots. A rerun computes nothing; an interrupted sweep resumes.
+
+    Example: basin sweep sweeps/demo-surge-size.yaml --out results/demo --jobs 2
+    """
+    try:
+        _sweep(file, out, jobs, executor, address, list_, as_json, plots)
+    except BasinInputError as exc:
+        # Printed here with markup escaped: messages quote `basin-serve[ray]` and YAML lists.
+        _err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def _sweep(file: Path, out: Path | None, jobs: int | None, executor: str, address: str | None, list_: bool,
+           as_json: bool, plots: bool) -> None:
+    from basin.experiments.executors import check_executor
+    from basin.experiments.pool import JobProgress
+    from basin.experiments.store import STORE_DIR, RunStore
+    from basin.experiments.sweep import TABLE_FILE, load_sweep, pending_points, run_sweep
+
+    workers = parse_jobs(jobs)
+    if not list_:
+        check_executor(executor, address)  # Ray missing or a stray --address: before the grid is resolved
+    sw = load_sweep(file)
+    out_dir = out if out is not None else Path("results") / "sweeps" / sw.name
+    for line in sw.notes:
+        _err.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
+    for line in sw.warnings:
+        _err.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+    store = RunStore(out_dir / STORE_DIR)
+    if list_:
+        _print_list(sw, store, as_json)
+        return
+    todo = pending_points(sw, store)
+    _err.print(f"sweep {sw.name}: {len(sw.points)} runs, {len(sw.points) - len(todo)} in the store at "
+               f"{store.root}, {len(todo)} to compute ({executor})", highlight=False, soft_wrap=True)
+    try:
+        with JobProgress(f"sweep {sw.name}", len(todo), stream=sys.stderr,
+                         terminal=_err.is_terminal and not as_json) as tick:
+            outcome = run_sweep(sw, out_dir, executor=executor, workers=workers, address=address,
+                                progress=tick, plots=plots)
+    except KeyboardInterrupt:
+        done = sum(1 for p in sw.points if store.has(p.key))
+        _err.print(f"interrupted: {done} of {len(sw.points)} runs are in the store; run the same command again "
+                   "to compute the rest", highlight=False, soft_wrap=True)
+        raise typer.Exit(130) from None
+    if as_json:
+        print(json.dumps(outcome.as_json()))
+        return
+    _err.print(f"{outcome.runs_total} runs ({outcome.runs_computed} computed, {outcome.runs_reused} reused) in "
+               f"{outcome.wall_s:.1f} s; table {out_dir / TABLE_FILE}"
+               + (f"; plots {', '.join(str(p) for p in outcome.plots)}" if outcome.plots else "")
+               + f"; `basin report {out_dir}` renders it", highlight=False, soft_wrap=True)
+
+
+def _print_list(sw: Sweep, store: RunStore, as_json: bool) -> None:
+    rows = [{"index": p.index, **dict(p.coords), "run": p.key, "stored": store.has(p.key)} for p in sw.points]
+    if as_json:
+        print(json.dumps({"runs_total": len(rows), "runs_stored": sum(r["stored"] for r in rows), "runs": rows}))
+        return
+    if not sw.points:
+        raise BasinInputError(f"{sw.path}: the sweep has no runs")
+    table = Table(title=f"sweep {sw.name}: {len(rows)} runs of {sw.scenario_arg}")
+    for col in ("#", *sw.coord_columns, "run", "stored"):
+        table.add_column(col, justify="right" if col == "#" else "left", no_wrap=True)
+    for p, r in zip(sw.points, rows):
+        table.add_row(str(p.index), *[_cell(p.coords.get(c)) for c in sw.coord_columns], p.key[:12],
+                      "yes" if r["stored"] else "-")
+    Console(width=max(Console().width, 120)).print(table)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return value if isinstance(value, str) else json.dumps(value)

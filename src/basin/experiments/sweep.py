@@ -1,0 +1,573 @@
+"""Sweeps: one scenario over a grid of overrides, each run kept in a result
+store, one table of every run and the plot the sweep feeds.
+
+A sweep file (YAML) names a ``scenario`` (a shipped name, or a file relative
+to the sweep file), fixed overrides (``set``), ``axes`` (a scenario key -> a
+list of values; ``seed`` is an axis like any other), the ``systems`` to run,
+optional ``derived`` axes given relative to the deployment (a fraction of its
+critical rate, or of the scenario's base rate) and the ``plot`` it feeds
+(:mod:`basin.experiments.sweep_plots`). Everything is checked before the first
+run: every field, every key, every point of the grid as a scenario, every
+system's parameters.
+
+Each run is stored under the hash of its fully resolved config
+(:mod:`basin.experiments.store`), so a rerun computes nothing, an interrupted
+sweep resumes, and a changed axis computes only its new points.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from basin.catalog.files import close_names
+from basin.errors import BasinInputError
+from basin.experiments.scenario import (
+    Scenario,
+    _anchored,
+    _looks_like_path,
+    _problem,
+    apply_overrides,
+    check_key,
+    resolve_file_paths,
+    scenario_dict,
+    scenario_path,
+)
+from basin.experiments.store import STORE_DIR, RunStore, code_digest, run_key
+from basin.metrics._tables import Table
+from basin.metrics.summary import RunSummary
+
+#: A summary field a plot can show besides the numeric ones: the run ended trapped.
+TRAPPED = "trapped"
+TABLE_FILE = "sweep.parquet"
+SWEEP_RECORD = "sweep.json"
+#: Keys whose two spellings are one thing (the base rate): a sweep gives it once.
+_BASE_RATE_KEYS = ("arrivals.base_per_min", "arrivals.base_fraction_of_critical")
+#: Scenario keys a value of which is a path, read relative to the sweep file.
+_PATH_KEYS = ("deployment", "workload.name", "arrivals.burst_workload.name", "policy_params.profile")
+
+
+def numeric_summary_fields() -> tuple[str, ...]:
+    """The run summary's number fields (what a plot can show), in its order."""
+    return tuple(f.name for f in fields(RunSummary)
+                 if str(f.type).replace(" ", "") in ("float", "int", "float|None", "int|None", "bool"))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class DerivedAxis(_Model):
+    """An axis given relative to the deployment: each value times a reference
+    rate (sessions per minute) is written to ``sets``."""
+
+    values: tuple[Annotated[float, Field(gt=0)], ...] = Field(min_length=1)
+    #: The reference: ``critical`` (the deployment's critical rate with the
+    #: scenario's workload, profiles/critical-rates.yaml), ``base`` (the
+    #: scenario's base rate with ``set`` and ``axes`` applied, before any
+    #: derived axis) or a rate in sessions per minute.
+    of: Literal["critical", "base"] | Annotated[float, Field(gt=0)] = "critical"
+    #: The scenario key that receives the rate; ``arrivals.rate_changes`` sets
+    #: the rate from ``at_min`` on (a post-surge rate).
+    sets: str = "arrivals.base_per_min"
+    #: For ``arrivals.rate_changes``: the minute the rate starts (default: the surge's end).
+    at_min: float | None = Field(default=None, ge=0)
+
+
+class PlotSpec(_Model):
+    """One figure of the sweep (the kinds are in :mod:`basin.experiments.sweep_plots`)."""
+
+    kind: Literal["heatmap", "line"]
+    #: A numeric run-summary field, or ``trapped`` (trapped in k of n seeds).
+    field: str = "goodput_per_h"
+    x: str
+    #: The heatmap's second axis (a line plot draws one line per system instead).
+    y: str | None = None
+    #: File name inside the output folder; its suffix picks the format (default: NAME-KIND-FIELD.png).
+    out: str | None = None
+    title: str | None = None
+
+
+class SweepSpec(_Model):
+    name: str = Field(min_length=1)
+    description: str = ""
+    scenario: str = Field(min_length=1)
+    set_: dict[str, Any] = Field(default_factory=dict, alias="set")
+    axes: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
+    systems: tuple[str, ...] = ()
+    derived: dict[str, DerivedAxis] = Field(default_factory=dict)
+    plot: tuple[PlotSpec, ...] = ()
+
+    @field_validator("name")
+    @classmethod
+    def _file_safe(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value):
+            raise ValueError("use letters, digits, '.', '_' and '-' only (the name names the plots and the "
+                             "default output folder)")
+        return value
+
+    @field_validator("plot", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: object) -> object:
+        return [value] if isinstance(value, dict) else value
+
+
+# ----------------------------------------------------------------- points
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One run of the sweep: its coordinates, its scenario, its store key."""
+
+    index: int
+    #: Column -> value: every axis by its key, each derived axis by its name
+    #: (and the rate it resolved to as NAME.per_min), ``system`` and ``seed``.
+    coords: Mapping[str, Any]
+    scenario: Scenario
+    system: str
+    params: Mapping[str, object]
+    config: Mapping[str, Any]
+    key: str
+    overrides: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """A checked sweep file and every point of its grid."""
+
+    path: Path
+    spec: SweepSpec
+    scenario_arg: str
+    points: tuple[Point, ...]
+    #: The columns that are coordinates, in table order.
+    coord_columns: tuple[str, ...]
+    #: Axis name -> its values as given (derived axes included), for plots.
+    axis_values: Mapping[str, tuple[Any, ...]]
+    systems: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def _file_error(path: Path, exc: ValidationError) -> BasinInputError:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if loc.startswith("set_"):
+            loc = "set" + loc[4:]
+        got = err.get("input")
+        shown = "" if isinstance(got, dict) or err["type"] in ("missing", "extra_forbidden") else f" (got {got!r})"
+        problem = _problem(err)
+        if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
+            known = sorted(f.alias or n for n, f in SweepSpec.model_fields.items())
+            close = close_names(str(err["loc"][0]), known)
+            problem += (f"; did you mean {' or '.join(close)}?" if close else "") + f" (fields: {', '.join(known)})"
+        lines.append(f"{path}: field '{loc}': {problem}{shown}")
+    return BasinInputError("\n".join(lines))
+
+
+def _value_text(value: Any) -> str:
+    """A value as ``--set`` reads it (JSON is YAML)."""
+    return json.dumps(value)
+
+
+def _check_sweep_key(path: Path, where: str, key: str) -> None:
+    item = f"{key}=0"
+    try:
+        check_key(key.split("."), item)
+    except BasinInputError as exc:
+        raise BasinInputError(f"{path}: field '{where}': " + str(exc).removeprefix(f"--set '{item}': ")) from None
+
+
+def _anchor(key: str, value: Any, base: Path) -> Any:
+    """A path-valued override read relative to the sweep file's folder."""
+    if key in _PATH_KEYS and _looks_like_path(value):
+        return _anchored(value, base)
+    if key == "policy_params.predictor" and isinstance(value, str) and value.lower().startswith("ridge:") \
+            and _looks_like_path(value[6:]):
+        return "ridge:" + _anchored(value[6:], base)
+    return value
+
+
+def _base_data(scenario_file: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(scenario_file.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise BasinInputError(f"{scenario_file}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise BasinInputError(f"{scenario_file}: expected a mapping of scenario fields at the top level")
+    return resolve_file_paths(data, scenario_file.resolve().parent)
+
+
+def _scenario_at(path: Path, scenario_file: Path, base: Mapping[str, Any],
+                 items: Sequence[tuple[str, Any, str]], where: str) -> Scenario:
+    """The scenario with ``items`` (key, value, the sweep field that gave it)
+    applied, or an error naming that sweep field and the point."""
+    data = json.loads(json.dumps(base))  # a deep copy of plain data
+    apply_overrides(data, [f"{k}={_value_text(v)}" for k, v, _ in items])
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            source = next((src for k, _, src in items if loc and (loc == k or loc.startswith(k + ".")
+                                                                     or k.startswith(loc + "."))), None)
+            got = err.get("input")
+            shown = "" if isinstance(got, dict) or err["type"] in ("missing", "extra_forbidden") \
+                else f" (got {got!r})"
+            origin = f"field '{source}'" if source else f"scenario {scenario_file}"
+            lines.append(f"{path}: {origin} at the run {where}: "
+                         + (f"scenario field '{loc}': " if loc else "") + f"{_problem(err)}{shown}")
+        raise BasinInputError("\n".join(lines)) from None
+
+
+def _reference_rate(path: Path, name: str, axis: DerivedAxis, sc: Scenario) -> float:
+    from basin.catalog import require_critical_rate
+    from basin.experiments.runner import base_rate_per_min, deployment_for
+
+    dep = deployment_for(sc)
+    if axis.of == "critical":
+        return require_critical_rate(dep.name, sc.workload.name, f"{path}: field 'derived.{name}'").per_min
+    if axis.of == "base":
+        return base_rate_per_min(sc, dep)
+    return float(axis.of)
+
+
+def _derived_value(name: str, axis: DerivedAxis, rate: float, sc: Scenario) -> Any:
+    if axis.sets == "arrivals.rate_changes":
+        at = axis.at_min if axis.at_min is not None else sc.surge.end_min
+        return [{"at_min": at, "per_min": rate}]
+    return rate
+
+
+def load_sweep(file: str | os.PathLike[str]) -> Sweep:
+    """Read and check a sweep file and resolve every point of its grid (no run)."""
+    from basin.experiments.compare import expand_systems
+    from basin.experiments.runner import check_runnable, params_for
+
+    path = Path(file)
+    if not path.is_file():
+        raise BasinInputError(f"{path}: sweep file not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise BasinInputError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(raw, dict):
+        raise BasinInputError(f"{path}: expected a mapping of sweep fields (name, scenario, set, axes, systems, "
+                              "derived, plot) at the top level")
+    try:
+        spec = SweepSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise _file_error(path, exc) from None
+    here = path.resolve().parent
+    scenario_arg = _anchored(spec.scenario, here) if _looks_like_path(spec.scenario) else spec.scenario
+    try:
+        scenario_file = scenario_path(scenario_arg)
+    except BasinInputError as exc:
+        raise BasinInputError(f"{path}: field 'scenario': {exc}") from None
+    scenario_arg = str(scenario_file.resolve()) if _looks_like_path(spec.scenario) else scenario_arg
+
+    # Keys: each must exist, and each thing is given in one place only.
+    given: dict[str, str] = {}
+    for section, keys in (("set", list(spec.set_)), ("axes", list(spec.axes)),
+                          ("derived", [d.sets for d in spec.derived.values()])):
+        for i, key in enumerate(keys):
+            where = f"{section}.{key}" if section != "derived" else f"derived.{list(spec.derived)[i]}.sets"
+            if key == "policy":
+                raise BasinInputError(f"{path}: field '{where}': the systems are listed under 'systems:' "
+                                      "(a list of policies), not as a scenario key")
+            _check_sweep_key(path, where, key)
+            one = _BASE_RATE_KEYS[0] if key in _BASE_RATE_KEYS else key
+            if one in given:
+                same = "the base rate" if key in _BASE_RATE_KEYS else f"'{key}'"
+                raise BasinInputError(f"{path}: field '{where}' and field '{given[one]}' both give {same}; "
+                                      "give it in one place (a fixed value under set, or an axis)")
+            given[one] = where
+    for key, values in spec.axes.items():
+        texts = [_value_text(v) for v in values]
+        dupes = sorted({t for t in texts if texts.count(t) > 1})
+        if dupes:
+            raise BasinInputError(f"{path}: field 'axes.{key}': the value(s) {', '.join(dupes)} appear twice; "
+                                  "list each value once")
+    summary_names = {f.name for f in fields(RunSummary)}
+    for name, axis in spec.derived.items():
+        if name in spec.axes or name in ("system", "seed", "run") or name in summary_names or "." in name:
+            raise BasinInputError(f"{path}: field 'derived.{name}': a derived axis needs a name of its own "
+                                  "(not a scenario key, 'system', 'seed', 'run' or a summary field), e.g. base_load")
+        if len(set(axis.values)) != len(axis.values):
+            raise BasinInputError(f"{path}: field 'derived.{name}.values': a value appears twice; list each once")
+        if axis.at_min is not None and axis.sets != "arrivals.rate_changes":
+            raise BasinInputError(f"{path}: field 'derived.{name}.at_min': only an axis that sets "
+                                  "arrivals.rate_changes starts at a minute; drop at_min or set that key")
+    try:
+        systems = tuple(expand_systems(list(spec.systems))) if spec.systems else None
+    except BasinInputError as exc:
+        raise BasinInputError(f"{path}: field 'systems': {exc}") from None
+
+    base = _base_data(scenario_file)
+    sweep_dir = here
+    fixed = [(k, _anchor(k, v, sweep_dir), f"set.{k}") for k, v in spec.set_.items()]
+    axis_items = [[(k, _anchor(k, v, sweep_dir), f"axes.{k}") for v in values] for k, values in spec.axes.items()]
+    derived = list(spec.derived.items())
+    systems = systems or (_scenario_at(path, scenario_file, base, fixed, "with set").policy,)
+
+    points: list[Point] = []
+    checked: dict[str, tuple[list[str], list[str]]] = {}
+    warnings: list[str] = []
+    notes: list[str] = []
+    for combo in itertools.product(*axis_items) if axis_items else [()]:
+        where = ", ".join(f"{k}={_value_text(v)}" for k, v, _ in combo) or "(no axes)"
+        sc0 = _scenario_at(path, scenario_file, base, [*fixed, *combo], where)
+        for fractions in itertools.product(*[a.values for _, a in derived]) if derived else [()]:
+            extra: list[tuple[str, Any, str]] = []
+            coords: dict[str, Any] = {k: v for k, v, _ in combo}
+            for (name, axis), fraction in zip(derived, fractions):
+                rate = fraction * _reference_rate(path, name, axis, sc0)
+                extra.append((axis.sets, _derived_value(name, axis, rate, sc0), f"derived.{name}"))
+                coords[name] = fraction
+                coords[f"{name}.per_min"] = rate
+            at = where + "".join(f", {n}={f:g}" for (n, _), f in zip(derived, fractions))
+            sc = _scenario_at(path, scenario_file, base, [*fixed, *combo, *extra], at) if extra else sc0
+            check_id = json.dumps(scenario_dict(sc.model_copy(update={"seed": 0})), sort_keys=True)
+            if check_id not in checked:
+                try:
+                    split, found = check_runnable(sc, list(systems))
+                except BasinInputError as exc:
+                    raise BasinInputError(f"{path}: at the run {at}: {exc}") from None
+                checked[check_id] = (list(split.notes), found)
+            run_notes, run_warnings = checked[check_id]
+            warnings += [w for w in run_warnings if w not in warnings]
+            notes += [n for n in run_notes if n not in notes]
+            overrides = tuple(f"{k}={_value_text(v)}" for k, v, _ in [*fixed, *combo, *extra])
+            for system in systems:
+                params = dict(params_for(sc, [system], strict=False).given[system])
+                config = run_config(sc, system, params)
+                point_coords = {**coords, "system": system, "seed": sc.seed}
+                points.append(Point(len(points), point_coords, sc, system, params, config, run_key(config),
+                                    overrides))
+    coord_columns = tuple(dict.fromkeys(c for p in points for c in p.coords))
+    axis_values: dict[str, tuple[Any, ...]] = {k: tuple(v) for k, v in spec.axes.items()}
+    axis_values.update({n: a.values for n, a in derived})
+    axis_values["system"] = systems
+    axis_values.setdefault("seed", tuple(dict.fromkeys(p.scenario.seed for p in points)))
+    sweep = Sweep(path, spec, scenario_arg, tuple(points), coord_columns, axis_values, tuple(systems),
+                  tuple(warnings), tuple(notes))
+    from basin.experiments.sweep_plots import check_plots
+
+    check_plots(sweep)
+    return sweep
+
+
+def _file_digest(value: object) -> str | None:
+    from basin.diskcache import source_digest
+
+    if isinstance(value, str) and _looks_like_path(value) and Path(value).is_file():
+        return source_digest([Path(value)])
+    return None
+
+
+def run_config(sc: Scenario, system: str, params: Mapping[str, object]) -> dict[str, Any]:
+    """Everything one run's result depends on, as plain data (hashed for its store key)."""
+    import basin
+    from basin.catalog import load_hardware
+    from basin.experiments.runner import base_rate_per_min, cliff_used, deployment_for, resolved_params
+
+    dep = deployment_for(sc)
+    cliff, _ = cliff_used(sc, system, params)
+    if cliff is not None:  # the profile by its content, not by where the checkout lies
+        origin = str(cliff.get("origin", ""))
+        cliff = {**cliff, "origin": Path(origin).name, "origin_digest": _file_digest(origin)}
+    files = {k: d for k, d in (("workload", _file_digest(sc.workload.name)),
+                               ("burst_workload", _file_digest(sc.arrivals.burst_workload.name)
+                                if sc.arrivals.burst_workload else None)) if d}
+    return {
+        "scenario": {k: v for k, v in scenario_dict(sc).items() if k not in ("name", "description")},
+        "system": system,
+        "policy_params": resolved_params(system, params),
+        "cliff_profile": cliff,
+        "deployment": dep.model_dump(mode="json"),
+        "hardware": load_hardware(dep.hardware).model_dump(mode="json"),
+        "base_rate_per_min": base_rate_per_min(sc, dep),
+        "files": files,
+        "basin_serve_version": basin.__version__,
+        "code_digest": code_digest(),
+    }
+
+
+# -------------------------------------------------------------- running
+@dataclass(frozen=True, slots=True)
+class RunJob:
+    """What a worker needs for one run (it crosses a process boundary)."""
+
+    key: str
+    scenario: Scenario
+    system: str
+    params: Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutput:
+    key: str
+    tables: tuple[Table, Table, Table]
+    summary: RunSummary
+    policy_params: dict[str, Any]
+    cliff: dict[str, Any] | None
+    wall_s: float
+
+
+def compute_run(job: RunJob) -> RunOutput:
+    """Simulate one run (module-level: pickled to pool and Ray workers)."""
+    from basin.experiments.runner import run_scenario
+
+    start = time.perf_counter()
+    run = run_scenario(job.scenario, job.system, params=dict(job.params))
+    res = run.result
+    return RunOutput(job.key, (res.calls, res.sessions, res.timeseries), run.summary, run.policy_params,
+                     run.cliff, time.perf_counter() - start)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepOutcome:
+    runs_total: int
+    runs_computed: int
+    runs_reused: int
+    table: Path
+    plots: tuple[Path, ...] = ()
+    wall_s: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"runs_total": self.runs_total, "runs_computed": self.runs_computed,
+                "runs_reused": self.runs_reused, "table": str(self.table)}
+
+
+def pending_points(sweep: Sweep, store: RunStore) -> list[Point]:
+    """The points whose run is not in the store (each key once)."""
+    seen: set[str] = set()
+    out = []
+    for p in sweep.points:
+        if p.key not in seen and not store.has(p.key):
+            seen.add(p.key)
+            out.append(p)
+    return out
+
+
+def run_sweep(sweep: Sweep, out_dir: Path, *, executor: str = "local", workers: int | None = None,
+              address: str | None = None, progress: Callable[[int, int], None] | None = None,
+              plots: bool = True) -> SweepOutcome:
+    """Compute the runs the store lacks, then write the table, the plots and
+    the sweep's provenance from the store."""
+    from basin.experiments.executors import check_executor, execute
+    from basin.experiments.runner import provenance
+
+    check_executor(executor, address)
+    start = time.perf_counter()
+    store = RunStore(out_dir / STORE_DIR)
+    store.clean_stale()
+    todo = pending_points(sweep, store)
+    by_key = {p.key: p for p in todo}
+
+    def keep(index: int, out: RunOutput) -> None:
+        point = by_key[out.key]
+        record = provenance([(sweep.scenario_arg, point.scenario, list(point.overrides))],
+                            {point.system: {"policy_params": out.policy_params, "cliff_profile": out.cliff}},
+                            {"sweep": {"file": str(sweep.path.resolve()), "name": sweep.name},
+                             "point": dict(point.coords), "run_key": point.key, "wall_s": out.wall_s,
+                             "executor": executor})
+        store.put(out.key, out.tables, out.summary, point.config, record)
+
+    jobs = [RunJob(p.key, p.scenario, p.system, p.params) for p in todo]
+    execute(compute_run, jobs, keep, executor=executor, workers=workers, address=address, progress=progress)
+    table = write_table(sweep, store, out_dir / TABLE_FILE)
+    drawn: list[Path] = []
+    if plots and sweep.spec.plot:
+        from basin.experiments.sweep_plots import draw_plots
+
+        drawn = draw_plots(sweep, table_rows(sweep, store), out_dir)
+    wall = time.perf_counter() - start
+    outcome = SweepOutcome(len(sweep.points), len(jobs), len(sweep.points) - len(jobs), out_dir / TABLE_FILE,
+                           tuple(drawn), wall)
+    _write_record(sweep, out_dir, outcome, executor, table)
+    return outcome
+
+
+def _write_record(sweep: Sweep, out_dir: Path, outcome: SweepOutcome, executor: str, table: Path) -> None:
+    from basin.experiments.runner import provenance, write_provenance
+    from basin.jsonvalues import json_value
+
+    base_overrides = [f"{k}={_value_text(v)}" for k, v in sweep.spec.set_.items()]
+    from basin.experiments.scenario import load_scenario
+
+    base = load_scenario(sweep.scenario_arg, [])
+    data = provenance([(sweep.scenario_arg, base, base_overrides)], {},
+                      {"sweep": {"file": str(sweep.path.resolve()), "name": sweep.name,
+                                 "text": sweep.path.read_text(encoding="utf-8"),
+                                 "systems": list(sweep.systems), "store": STORE_DIR,
+                                 "runs": [p.key for p in sweep.points]},
+                       "executor": executor, "warnings": list(sweep.warnings), "notes": list(sweep.notes),
+                       "outputs": {"table": table.name, "plots": [p.name for p in outcome.plots]},
+                       **outcome.as_json(), "table": table.name, "wall_s": outcome.wall_s})
+    write_provenance(out_dir, data)
+    tmp = out_dir / f".{SWEEP_RECORD}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(json_value({"name": sweep.name, **outcome.as_json(), "table": table.name,
+                                          "plots": [p.name for p in outcome.plots]}), indent=1) + "\n",
+                   encoding="utf-8")
+    os.replace(tmp, out_dir / SWEEP_RECORD)
+
+
+# ---------------------------------------------------------------- table
+def table_rows(sweep: Sweep, store: RunStore) -> list[dict[str, Any]]:
+    """One row per point, in the grid's order: its coordinates, its store key
+    and its run summary (without the windows; the state by name)."""
+    rows = []
+    for p in sweep.points:
+        summary = store.summary(p.key).to_dict()
+        summary.pop("windows", None)
+        summary.pop("system", None)
+        rows.append({**{c: p.coords.get(c) for c in sweep.coord_columns}, "run": p.key, **summary})
+    return rows
+
+
+def _column(values: list[Any]) -> Any:
+    import pyarrow as pa
+
+    if any(isinstance(v, (dict, list, tuple)) for v in values):
+        return pa.array([None if v is None else json.dumps(v, sort_keys=True) for v in values], pa.string())
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed kinds (a number and a name): kept as their YAML text
+        return pa.array([None if v is None else _value_text(v) for v in values], pa.string())
+
+
+def write_table(sweep: Sweep, store: RunStore, path: Path) -> Path:
+    """The sweep's Parquet table, written whole or not at all."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = table_rows(sweep, store)
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    arrow = pa.table({n: _column([r.get(n) for r in rows]) for n in names})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        pq.write_table(arrow, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def is_finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
