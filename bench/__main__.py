@@ -1,7 +1,9 @@
-"""Run every benchmark and print its figures.
+"""Run the benchmarks and print their figures.
 
-``--gateway-latency`` also runs bench.gateway_latency (several minutes and
-extra servers, so it is not part of the default run).
+By default the simulator's speed (bench.sim_speed). ``--scaling`` adds the
+cost per call by run length and deployment size (bench.sim_scaling, a few
+minutes); ``--gateway-latency`` adds bench.gateway_latency (several minutes
+and extra servers).
 """
 
 import sys
@@ -9,10 +11,14 @@ import sys
 from bench import sim_speed
 
 if __name__ == "__main__":
-    with_gateway = "--gateway-latency" in sys.argv[1:]
-    sys.argv = [a for a in sys.argv if a != "--gateway-latency"]
-    sim_speed.main()
-    if with_gateway:
+    flags = {"--scaling", "--gateway-latency"}
+    chosen = flags & set(sys.argv[1:])
+    sim_speed.main([a for a in sys.argv[1:] if a not in flags])
+    if "--scaling" in chosen:
+        from bench import sim_scaling
+
+        sim_scaling.main([])
+    if "--gateway-latency" in chosen:
         from bench import gateway_latency
 
         gateway_latency.main([])

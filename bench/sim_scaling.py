@@ -1,0 +1,57 @@
+"""Does a simulated call cost the same however long the run and however large
+the deployment? CPU microseconds per call of steady runs (no surge) at half
+the critical load, by simulated duration (1 to 4 hours on 1P3D H200) and by
+deployment size (1P3D to 8P24D H200, the arrival rate and the workload scaled
+with the instances), each the median of ``--repeats`` runs after a warm-up (so that workload
+synthesis, kept on disk, is not counted), with the largest over smallest ratio.
+
+    .venv/bin/python -m bench.sim_scaling [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+#: 1P3D H200's critical rate with terminal-bench (profiles/critical-rates.yaml), per 1P3D unit.
+UNIT = "1p3d-h200"
+
+
+def cost_per_call_us(deployment: str, units: int, duration_min: float) -> tuple[float, int]:
+    from basin.catalog import require_critical_rate
+    from basin.experiments.runner import run_scenario
+    from basin.experiments.scenario import load_scenario
+
+    rate = 0.5 * require_critical_rate(UNIT, "terminal-bench", "bench").per_min * units
+    overrides = [f"deployment={deployment}", f"duration_min={duration_min}", f"measure_end_min={duration_min}",
+                 "surge.factor=1.0", f"arrivals.base_per_min={rate}", f"workload.sessions={4000 * units}"]
+    scenario = load_scenario("surge-1p3d", overrides)
+    start = time.process_time()
+    run = run_scenario(scenario, "hicache")
+    cpu = time.process_time() - start
+    calls = len(run.result.calls["session_uid"])
+    return 1e6 * cpu / calls, calls
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    rows: list[tuple[str, float, int]] = []
+    for label, dep, units, minutes in [
+        ("1P3D, 1 h", "1p3d-h200", 1, 60), ("1P3D, 2 h", "1p3d-h200", 1, 120), ("1P3D, 4 h", "1p3d-h200", 1, 240),
+        ("2P6D, 1 h", "2P6D-h200", 2, 60), ("4P12D, 1 h", "4P12D-h200", 4, 60), ("8P24D, 1 h", "8P24D-h200", 8, 60),
+    ]:
+        cost_per_call_us(dep, units, 10)  # warm-up: imports and this size's synthesised workload
+        runs = [cost_per_call_us(dep, units, minutes) for _ in range(args.repeats)]
+        rows.append((label, statistics.median(r[0] for r in runs), runs[0][1]))
+        print(f"{label:12} {rows[-1][1]:8.1f} us/call  ({rows[-1][2]} calls)", flush=True)
+    by_time = [r[1] for r in rows[:3]]
+    by_size = [rows[0][1]] + [r[1] for r in rows[3:]]
+    print(f"longest/shortest run: {max(by_time) / min(by_time):.2f}x; "
+          f"largest/smallest deployment: {max(by_size) / min(by_size):.2f}x (flat = within 1.3x)")
+
+
+if __name__ == "__main__":
+    main()
