@@ -118,38 +118,4 @@ def test_the_model_does_not_import_the_simulator() -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-def _imports(package: str) -> dict[str, set[str]]:
-    """Every ``basin.*`` module each source file of ``package`` imports,
-    at the top or inside a function (lazy imports count)."""
-    import ast
-    from pathlib import Path
-
-    import basin
-
-    root = Path(basin.__file__).parent / package.split(".", 1)[1]
-    found: dict[str, set[str]] = {}
-    for path in sorted(root.rglob("*.py")):
-        names: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.add(node.module)
-            elif isinstance(node, ast.Import):
-                names.update(a.name for a in node.names)
-        found[path.name] = {n for n in names if n == "basin" or n.startswith("basin.")}
-    return found
-
-
-@pytest.mark.parametrize(("package", "allowed"), [
-    ("basin.model", ("basin.model", "basin.catalog", "basin.workload", "basin.metrics", "basin.errors",
-                     "basin.paths", "basin.plotting", "basin.yamlfile", "basin.jsonvalues")),
-    ("basin.predict", ("basin.predict", "basin.catalog", "basin.workload", "basin.errors", "basin.paths",
-                       "basin.yamlfile", "basin.plotting", "basin.jsonvalues", "basin.metrics")),
-    ("basin.catalog", ("basin.catalog", "basin.errors", "basin.paths", "basin.yamlfile")),
-])
-def test_layers_import_only_what_is_below_them(package: str, allowed: tuple[str, ...]) -> None:
-    """The model knows nothing of the simulator or the experiments, the
-    predictors nothing of the simulator, the policies, the systems or the
-    experiments, and the catalogue nothing above it (lazy imports included)."""
-    bad = {f: sorted(n for n in names if not n.startswith(allowed))
-           for f, names in _imports(package).items()}
-    assert not {f: n for f, n in bad.items() if n}, bad
+# The import rules between parts (lazy imports included) are tests/test_layering.py's.
