@@ -26,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"catalog", "policy", "workload"},
     "systems": {"catalog", "policy", "predict", "workload"},
     "experiments": {"catalog", "policy", "predict", "model", "metrics", "sim", "systems", "workload"},
-    "gateway": {"catalog", "policy", "predict", "metrics", "systems", "workload"},
+    "gateway": {"catalog", "policy", "predict", "model", "metrics", "systems", "workload"},
     "emulate": {"catalog", "policy", "sim", "workload"},  # an engine over HTTP: never the gateway
     "cli": {"catalog", "policy", "predict", "model", "metrics", "sim", "systems", "workload", "experiments",
             "gateway", "emulate"},

@@ -12,11 +12,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from basin.gateway.config import GatewayConfig
+from basin.gateway.exposition import MonitorCollector
 from basin.gateway.gate import Gate
+from basin.gateway.monitor import STATES, build_monitor
 from basin.gateway.telemetry import Telemetry
 from basin.policy.base import Policy
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "basin-gateway.json"
+RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "basin-gateway-rules.yaml"
 DATASOURCE = "${DS_PROMETHEUS}"
 
 #: PromQL functions and aggregations the dashboard may call (plus Grafana's label_values).
@@ -40,10 +43,14 @@ _EQ_MATCHER = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 
 def _rendered() -> str:
     """The gateway's /metrics text, from a Telemetry on a Gate with a trivial
-    policy after one control tick (so the signal gauges have samples)."""
+    policy after one control tick (so the signal gauges have samples), with
+    the vulnerability monitor's gauges registered as ``--monitor`` does."""
     gate = Gate(Policy(), GatewayConfig(upstream="http://127.0.0.1:9"), capacity_tokens=10_000)
-    gate.tick(0.0)
-    return Telemetry(gate).render().decode()
+    gate.monitor = build_monitor("1p1d-h100")
+    gate.control_step(0.0)
+    telemetry = Telemetry(gate)
+    telemetry.registry.register(MonitorCollector(gate.monitor, lambda: gate.monitor_errors))
+    return telemetry.render().decode()
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +194,24 @@ def test_datasource_is_the_prometheus_variable(dashboard):
         assert panel["datasource"] == {"type": "prometheus", "uid": DATASOURCE}, f"panel {panel['id']}"
         for t in panel["targets"]:
             assert t["datasource"]["uid"] == DATASOURCE, f"panel {panel['id']} target {t['refId']}"
+
+
+def test_the_alert_rules_read_only_exported_metrics_and_known_states(exported):
+    """deploy/prometheus/basin-gateway-rules.yaml: a well-formed rule file whose
+    expressions read only what the gateway exports, with state labels it emits."""
+    import yaml
+
+    names, labels = exported
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    rules = [r for g in groups for r in g["rules"]]
+    assert {r["alert"] for r in rules} >= {"BasinGatewayOverloaded", "BasinGatewayNearTippingPoint",
+                                           "BasinGatewayPastTippingPoint"}
+    for rule in rules:
+        assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule["alert"]
+        assert rule["labels"]["severity"] in ("info", "warning", "critical")
+        used = metric_names(rule["expr"])
+        assert used and all(n in names for n in used), f"{rule['alert']}: {used}"
+        for metric, matchers in _SELECTOR.findall(rule["expr"]):
+            for label, value in _EQ_MATCHER.findall(matchers):
+                if label == "state":
+                    assert value in STATES and value in labels[metric][label], rule["alert"]

@@ -38,6 +38,13 @@ def gateway(
     record: Optional[Path] = typer.Option(None, "--record", help="Write each ended session's calls to this "
                                           ".jsonl file in the workload schema (task text hashed, no content); "
                                           "`basin run` and `basin replay` read it."),
+    monitor: Optional[str] = typer.Option(None, "--monitor", help="Deployment behind the gateway (as for "
+                                          "`basin model analyze -d`): export the live vulnerability monitor's "
+                                          "gauges (tipping population, vulnerable band, smallest trapping surge)."),
+    monitor_workload: Optional[str] = typer.Option(None, "--monitor-workload", help="The monitor's prior "
+                                                   "workload (default terminal-bench)."),
+    monitor_time_scale: Optional[float] = typer.Option(None, "--monitor-time-scale", help="Engine seconds per "
+                                                       "gateway second: an accelerated emulator's --speed (1)."),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
 ) -> None:
     """Run the BASIN session gateway: an OpenAI-compatible proxy that parks, orders and sheds agent sessions.
@@ -67,7 +74,8 @@ def gateway(
         "decode_metrics_urls": decode_metrics_url or None, "policy": policy,
         "profile": str(profile) if profile else None, "cache_tokens": cache_tokens,
         "admin_token": os.environ.get("BASIN_ADMIN_TOKEN") or None, "session_binding": session_binding,
-        "record": str(record) if record else None,
+        "record": str(record) if record else None, "monitor_deployment": monitor,
+        "monitor_workload": monitor_workload, "monitor_time_scale": monitor_time_scale,
     }
     if listen is not None:
         overrides["listen_host"], overrides["listen_port"] = parse_listen(listen)
@@ -78,6 +86,10 @@ def gateway(
         from basin.gateway.record import check_record_path
 
         check_record_path(cfg.record)
+    if cfg.monitor_deployment is not None:
+        from basin.gateway.monitor import build_monitor
+
+        build_monitor(cfg.monitor_deployment, cfg.monitor_workload, cfg.monitor_host_ratio, cfg.monitor_curve)
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
         raise BasinInputError(f"--log-level {log_level!r}: use debug, info, warning or error")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import platform
 import shlex
 import shutil
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from basin.catalog import Deployment, load_deployment, load_hardware, require_critical_rate, with_host_ratio
 from basin.catalog.files import close_names
@@ -25,7 +28,15 @@ from basin.policy.params import PolicyParamError
 from basin.policy.registry import policy_class, policy_names
 from basin.sim.engine import Intervention, RunResult, SimConfig, Simulator, switch_refusal
 from basin.systems import BUILD_OPTIONS, RunContext, build_policy, cliff_summary
-from basin.workload.arrivals import PoissonSchedule, RateChange, Surge, draw_arrivals
+from basin.workload.arrivals import (
+    BURST,
+    PoissonSchedule,
+    RateChange,
+    SessionArrival,
+    Surge,
+    draw_arrivals,
+    recorded_arrivals,
+)
 from basin.workload.presets import resolve_workload
 from basin.workload.records import Workload
 from basin.workload.transforms import scale_workload, truncate_calls
@@ -156,7 +167,10 @@ def check_runnable(scenario: Scenario, systems: Sequence[str], strict: bool = Tr
     parameters. Returns the split parameters and the warnings to show."""
     dep = deployment_for(scenario)
     load_hardware(dep.hardware)
-    base_rate_per_min(scenario, dep)
+    if scenario.arrivals.from_workload:
+        scenario_arrivals(scenario, dep)  # start times present, some inside the run, a surge with traffic to scale
+    else:
+        base_rate_per_min(scenario, dep)
     for iv in scenario.interventions:
         if iv.switch_policy is not None:
             policy_class(iv.switch_policy)  # an unknown name, refused now rather than at the switch's build
@@ -186,6 +200,10 @@ def base_rate_per_min(scenario: Scenario, dep: Deployment) -> float:
     """The scenario's base arrival rate: given, or a fraction of the
     deployment's critical rate with the scenario's workload (the catalogue's)."""
     arr = scenario.arrivals
+    if arr.from_workload:
+        raise BasinInputError(f"scenario '{scenario.name}': arrivals.from_workload takes arrivals from the "
+                              "workload's start times, so there is no base rate here; give arrivals.base_per_min "
+                              "(--set arrivals.from_workload=false --set arrivals.base_per_min=RATE)")
     if arr.base_per_min is not None:
         return arr.base_per_min
     if arr.base_fraction_of_critical is None:
@@ -208,6 +226,77 @@ def schedule_for(scenario: Scenario, base: float) -> PoissonSchedule:
     return PoissonSchedule(base_per_min=base, surges=tuple(surges), rate_changes=tuple(changes))
 
 
+@dataclass(frozen=True)
+class SurgeSurplus:
+    """Only the extra arrivals a schedule's surges add (tag ``burst``): a surge
+    on top of recorded traffic, which already holds the base arrivals."""
+
+    schedule: PoissonSchedule
+
+    def rate_at(self, t_s: float) -> float:
+        return max(self.schedule.rate_at(t_s) - self.schedule.base_rate_at(t_s), 0.0)
+
+    def sample(self, duration_s: float, rng: np.random.Generator) -> list[tuple[float, str]]:
+        return [a for a in self.schedule.sample(duration_s, rng) if a[1] == BURST]
+
+
+def scenario_arrivals(scenario: Scenario, dep: Deployment, workload: Workload | None = None,
+                      burst_workload: Workload | None = None) -> list[SessionArrival]:
+    """The run's arrivals: Poisson on the scenario's base rate, or, with
+    ``arrivals.from_workload``, each session at its own recorded start time
+    plus the surge's extra Poisson arrivals.
+
+    The surge scales the recorded traffic *in its window*: its extra rate is
+    ``(factor - 1)`` times the recorded sessions starting there per minute, so
+    ``factor: 2`` doubles what really arrived then. A surge below 1 would have
+    to drop recorded sessions and is refused, as is one whose window holds no
+    recorded arrival (nothing to scale).
+    """
+    workload = workload if workload is not None else build_workload(scenario.workload, scenario.seed)
+    if burst_workload is None and scenario.arrivals.burst_workload is not None:
+        burst_workload = build_workload(scenario.arrivals.burst_workload, scenario.seed + 1)
+    duration_s = scenario.duration_min * 60.0
+    if not scenario.arrivals.from_workload:
+        return draw_arrivals(workload, schedule_for(scenario, base_rate_per_min(scenario, dep)), duration_s,
+                             seed=scenario.seed, warm_sessions=scenario.arrivals.warm_sessions,
+                             burst_workload=burst_workload)
+    recorded = recorded_arrivals(workload)
+    inside = [a for a in recorded if a.arrival_s < duration_s]
+    if not inside:
+        raise BasinInputError(
+            f"scenario '{scenario.name}': no session of workload '{workload.name}' starts before the run's end "
+            f"(duration_min {scenario.duration_min:g}; the first starts at minute {recorded[0].arrival_s / 60:.1f}); "
+            f"raise duration_min, e.g. --set duration_min={math.ceil(recorded[-1].arrival_s / 60) + 30}")
+    s = scenario.surge
+    if s.factor == 1.0 or s.end_min <= s.start_min:
+        return inside
+    if s.factor < 1.0:
+        raise BasinInputError(f"scenario '{scenario.name}': field 'surge.factor' is {s.factor:g}, below 1, which "
+                              "would drop recorded sessions; with arrivals.from_workload a surge only adds "
+                              "arrivals (factor > 1), or set it to 1")
+    window = [a for a in inside if s.start_min * 60.0 <= a.arrival_s < s.end_min * 60.0]
+    if not window:
+        raise BasinInputError(
+            f"scenario '{scenario.name}': the surge's window (minutes {s.start_min:g}-{s.end_min:g}) holds no "
+            f"recorded arrival, so a factor of {s.factor:g} scales nothing; move surge.start_min and "
+            "surge.end_min over recorded traffic")
+    recorded_rate = len(window) / (s.end_min - s.start_min)
+    schedule = PoissonSchedule(recorded_rate, (Surge(s.start_min, s.end_min, s.factor),))
+    extra = draw_arrivals(burst_workload or workload, SurgeSurplus(schedule), duration_s, seed=scenario.seed)
+    used = {a.session.session_id for a in inside}
+    unique: list[SessionArrival] = []
+    for a in extra:
+        sid, copy = a.session.session_id, 1
+        while sid in used:
+            copy += 1
+            sid = f"{a.session.session_id}~{copy}"
+        used.add(sid)
+        unique.append(a if copy == 1 else dataclasses.replace(a, session=dataclasses.replace(a.session,
+                                                                                              session_id=sid)))
+    # Stable: at equal times a recorded session comes before a surge's.
+    return sorted([*inside, *unique], key=lambda a: a.arrival_s)
+
+
 def run_scenario(scenario: Scenario, system: str | None = None,
                  progress: Callable[[float], None] | None = None,
                  params: dict[str, object] | None = None) -> ScenarioRun:
@@ -225,10 +314,7 @@ def run_scenario(scenario: Scenario, system: str | None = None,
     burst = scenario.arrivals.burst_workload
     burst_workload = build_workload(burst, scenario.seed + 1) if burst is not None else None
     duration_s = scenario.duration_min * 60.0
-    arrivals = draw_arrivals(
-        workload, schedule_for(scenario, base_rate_per_min(scenario, dep)), duration_s,
-        seed=scenario.seed, warm_sessions=scenario.arrivals.warm_sessions, burst_workload=burst_workload,
-    )
+    arrivals = scenario_arrivals(scenario, dep, workload, burst_workload)
     interventions = []
     needs = policy.needs
     for iv in scenario.interventions:

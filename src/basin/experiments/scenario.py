@@ -75,11 +75,27 @@ class ArrivalSpec(_Model):
     rate_changes: tuple[RateChangeSpec, ...] = ()
     #: Workload for the surge's extra ("burst") sessions; default: the main one.
     burst_workload: WorkloadSpec | None = None
+    #: Each session arrives at its own start time in the workload (``start_s``,
+    #: e.g. a ``basin gateway --record`` file) instead of on a Poisson base; a
+    #: surge adds Poisson arrivals on top (docs/scenarios.md).
+    from_workload: bool = False
 
     @model_validator(mode="after")
     def _one_base(self) -> ArrivalSpec:
+        if self.from_workload:
+            given = [k for k in ("base_per_min", "base_fraction_of_critical") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"from_workload takes every arrival from the workload's start times, so "
+                                 f"{' and '.join(given)} would be ignored; drop it (--set arrivals.{given[0]}=null)")
+            if self.rate_changes:
+                raise ValueError("from_workload has no Poisson base rate to change; drop rate_changes")
+            if self.warm_sessions:
+                raise ValueError("from_workload replays the traffic from its first recorded session; "
+                                 "set warm_sessions to 0")
+            return self
         if (self.base_per_min is None) == (self.base_fraction_of_critical is None):
-            raise ValueError("give exactly one of base_per_min or base_fraction_of_critical")
+            raise ValueError("give exactly one of base_per_min or base_fraction_of_critical "
+                             "(or from_workload: true for a workload with its own start times)")
         return self
 
 
@@ -131,6 +147,13 @@ class Scenario(_Model):
                              f"--set measure_end_min={0.75 * self.duration_min:g}")
         return self
 
+    @model_validator(mode="after")
+    def _recorded_rate_is_fixed(self) -> Scenario:
+        if self.arrivals.from_workload and any(iv.set_rate_per_min is not None for iv in self.interventions):
+            raise ValueError("arrivals.from_workload has no Poisson base rate for an intervention's "
+                             "set_rate_per_min to change; drop that intervention")
+        return self
+
     @property
     def trigger_min(self) -> float | None:
         return self.surge.start_min if self.surge.factor != 1.0 else None
@@ -163,6 +186,8 @@ def scenario_path(name_or_path: str) -> Path:
 # ---------------------------------------------------------------- overrides
 #: The two ways of giving the base rate; ``--set`` of one clears the other.
 _BASE_RATE_KEYS = ("arrivals.base_per_min", "arrivals.base_fraction_of_critical")
+#: What ``--set arrivals.from_workload=true`` clears: the Poisson base it replaces, the pool size.
+_RECORDED_CLEARS = (*_BASE_RATE_KEYS, "arrivals.warm_sessions", "arrivals.rate_changes", "workload.sessions")
 
 
 def _parse_set(item: str) -> tuple[list[str], Any]:
@@ -236,6 +261,14 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         keys.append(".".join(path))
     arrivals = data.get("arrivals")
     if isinstance(arrivals, dict):
+        if "arrivals.from_workload" in keys and arrivals.get("from_workload") is True:
+            # Recorded start times replace the Poisson base (its rate, changes and warm start), and every
+            # recorded session runs (no pool size): --set from_workload=true clears these unless the same
+            # command sets them too.
+            for key in _RECORDED_CLEARS:
+                section, name = key.split(".")
+                if key not in keys and isinstance(data.get(section), dict):
+                    data[section].pop(name, None)
         for mine, other in (_BASE_RATE_KEYS, _BASE_RATE_KEYS[::-1]):
             if mine in keys and other not in keys and arrivals.get(mine.split(".")[1]) is not None:
                 arrivals.pop(other.split(".")[1], None)  # setting one way of giving the rate clears the other

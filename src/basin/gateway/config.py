@@ -100,6 +100,22 @@ class GatewayConfig(BaseModel):
                                "file in the workload schema (task text hashed, no content)")
     record_max_bytes: int = Field(default=256 * 2**20, gt=0, description="Rotate the record file past this size")
     record_keep: int = Field(default=5, ge=1, description="Rotated record files kept (NAME.1.jsonl is the newest)")
+    # vulnerability monitor (docs/gateway.md, "The vulnerability monitor")
+    monitor_deployment: str | None = Field(default=None, description="Deployment profile of the engine behind "
+                                           "(as for `basin model analyze -d`): turns on the live fluid-model "
+                                           "monitor and its basin_gateway_monitor_* gauges")
+    monitor_workload: str = Field(default="terminal-bench", description="Prior workload the monitor starts from "
+                                  "(a preset or file); contexts and tool time are then fitted to what it sees")
+    monitor_host_ratio: float | None = Field(default=None, ge=0, description="Host tier as a multiple of the GPU "
+                                             "cache (default: the deployment's)")
+    monitor_curve: str = Field(default="paper", description="Hit curve of the model: paper, simulator or a CSV")
+    monitor_time_scale: float = Field(default=1.0, gt=0, description="Engine seconds per gateway second: 1 for "
+                                      "a real engine, an accelerated emulator's --speed")
+    monitor_window_s: float = Field(default=300.0, gt=0, description="Engine seconds over which the monitor "
+                                    "takes rates and means")
+    monitor_surge_min: float = Field(default=10.0, gt=0, description="Length of the trapping surge searched for")
+    monitor_surge_interval_s: float = Field(default=60.0, gt=0, description="Gateway seconds between searches "
+                                            "for the smallest trapping surge (each costs about a CPU-second)")
     admin_token: str | None = Field(default=None, min_length=16)
 
     @field_validator("predictor")

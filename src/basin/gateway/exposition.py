@@ -6,15 +6,21 @@ by one regular expression (C speed) before the pure-Python parser sees them. Loo
 aliases in order of preference (engines rename their metrics), counters are
 turned into per-series deltas against the previous scrape, and a text that
 yields nothing is explained (empty, not exposition, or another engine's).
+
+It also writes the vulnerability monitor's gauges (:class:`MonitorCollector`).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+from basin.gateway.monitor import STATES, VulnerabilityMonitor
 
 #: The samples of one wire name: (labels, value) per label set.
 Series = list[tuple[dict[str, str], float]]
@@ -151,3 +157,62 @@ class Reader:
         if hit is None:
             return None
         return sum(deltas((key, tuple(sorted(labels.items()))), v) for labels, v in hit[1])
+
+
+# ---------------------------------------------------------------- the monitor's gauges
+class MonitorCollector(Collector):
+    """The vulnerability monitor's latest estimate as ``basin_gateway_monitor_*``
+    gauges, read when Prometheus scrapes (docs/gateway.md, "The vulnerability
+    monitor"). Unknown values are NaN, never a made-up number."""
+
+    def __init__(self, monitor: VulnerabilityMonitor, errors: Callable[[], int] = lambda: 0):
+        self.monitor = monitor
+        self.errors = errors
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        est, surge = self.monitor.last, self.monitor.surge
+        nan = math.nan
+        state = GaugeMetricFamily("basin_gateway_monitor_state", "1 for the monitor's current state "
+                                  "(near-tipping, past-tipping and overloaded are warnings)", labels=["state"])
+        for name in STATES:
+            state.add_metric([name], float(est is not None and est.state == name))
+        yield state
+        yield GaugeMetricFamily("basin_gateway_monitor_warning", "1 while the state is a warning",
+                                value=float(est is not None and est.warning))
+        for metric, text, value in (
+                ("population_sessions", "Admitted sessions, mean over the window (the model's N)",
+                 est.population if est else nan),
+                ("tipping_sessions", "Unstable equilibrium N_u at the observed rate: past it the population "
+                 "keeps growing (NaN: none)", est.n_unstable if est else nan),
+                ("stable_sessions", "Stable equilibrium N_s at the observed rate (NaN: none)",
+                 est.n_stable if est else nan),
+                ("tipping_margin_sessions", "N_u minus the population: sessions to spare before the trap",
+                 est.tipping_margin_sessions if est else nan),
+                ("mean_context_tokens", "Fitted mean context of an active session (c_bar)",
+                 est.mean_context_tokens if est else nan),
+                ("tool_gap_seconds", "Fitted tool time per call (g), engine seconds",
+                 est.tool_gap_s if est else nan),
+                ("smallest_surge_factor", "Smallest arrival-rate factor whose surge traps from N_s "
+                 "(NaN: none up to 50x, or not searched yet)", surge.factor if surge and surge.factor else nan),
+                ("smallest_surge_sessions", "Sessions that smallest surge brings beyond the base rate",
+                 surge.extra_sessions if surge and surge.extra_sessions is not None else nan),
+                ("smallest_surge_minutes", "Length of the surge searched for",
+                 self.monitor.settings.surge_min)):
+            yield GaugeMetricFamily(f"basin_gateway_monitor_{metric}", text, value=float(value))
+        band = GaugeMetricFamily("basin_gateway_monitor_band_per_min", "Vulnerable band of arrival rates: "
+                                 "low D_low, high D(N*)", labels=["edge"])
+        band.add_metric(["low"], est.d_low_per_min if est else nan)
+        band.add_metric(["high"], est.d_star_per_min if est else nan)
+        yield band
+        rate = GaugeMetricFamily("basin_gateway_monitor_rate_per_min", "Observed sessions per engine minute",
+                                 labels=["kind"])
+        rate.add_metric(["arrival"], est.arrival_rate_per_min if est else nan)
+        rate.add_metric(["departure"], est.departure_rate_per_min if est else nan)
+        yield rate
+        hit = GaugeMetricFamily("basin_gateway_monitor_hit_rate", "Hit rate observed, and the model's curve at "
+                                "the observed working set", labels=["source"])
+        hit.add_metric(["observed"], est.hit_rate if est else nan)
+        hit.add_metric(["model"], est.model_hit_rate if est else nan)
+        yield hit
+        yield CounterMetricFamily("basin_gateway_monitor_errors", "Monitor steps that raised, in all",
+                                  value=float(self.errors()))

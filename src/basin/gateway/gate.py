@@ -26,6 +26,7 @@ from typing import Protocol
 
 from basin.catalog import effective_cache_tokens
 from basin.gateway.config import GatewayConfig
+from basin.gateway.monitor import Observation, VulnerabilityMonitor
 from basin.gateway.record import TrafficRecorder
 from basin.gateway.sessions import GatewaySession, SessionState, SessionTable
 from basin.gateway.snapshot import EngineSnapshot
@@ -129,6 +130,11 @@ class Gate:
         #: ``--record``: the sessions' calls, and where an ended session goes (set by the server).
         self.recorder: TrafficRecorder | None = None
         self.on_recorded: Callable[[Session, float], None] | None = None
+        #: Sessions that have arrived (admitted, parked or shed at once), for the monitor's arrival rate.
+        self.arrived = 0
+        #: The vulnerability monitor, handed an observation after each control step (set by the server).
+        self.monitor: VulnerabilityMonitor | None = None
+        self.monitor_errors = 0
 
     @property
     def policy(self) -> Policy:
@@ -249,6 +255,7 @@ class Gate:
                 owner: bytes | None) -> GatewaySession:
         sess = self.table.add(session_id, now_s, prompt_tokens, task_text)
         sess.owner = owner
+        self.arrived += 1
         info = SessionInfo(sess.uid, session_id, "gateway", now_s, prompt_tokens, task_text)
         try:
             verdict = self.driver.arrive(info)
@@ -361,7 +368,26 @@ class Gate:
         self.control_failures = 0
         self.last_tick_s = now_s
         self._working_set_at_tick = self.driver.working_set_tokens
+        self.observe(now_s)
         return delay
+
+    def observation(self, now_s: float) -> Observation:
+        """What the monitor is handed: cumulative arrivals and departures, the admitted population, its
+        working set and the hit rate over the gateway's hit window (as the policy's signals take it)."""
+        hit = self.engine_figures(now_s).hit_rate
+        return Observation(now_s, self.arrived, self.counts["finished"] + self.counts["expired"],
+                           self.driver.admitted_count, self.driver.working_set_tokens, hit)
+
+    def observe(self, now_s: float) -> None:
+        """Hand the monitor this tick's observation; a failure is logged and counted, never a failed step."""
+        if self.monitor is None:
+            return
+        try:
+            self.monitor.observe(self.observation(now_s))
+        except Exception as exc:
+            self.monitor_errors += 1
+            log.error("the vulnerability monitor failed (the control step goes on): %s: %s",
+                      type(exc).__name__, exc, exc_info=exc)
 
     def shed_parked(self, reason: str, now_s: float) -> int:
         """Shed every parked session (their held calls get a retryable 503); returns how many."""

@@ -24,9 +24,12 @@ from typing import TextIO
 
 from basin.errors import BasinInputError
 from basin.gateway.usage import CallUsage
-from basin.workload.arrivals import BASE, SessionArrival
-from basin.workload.io import FORMAT, FORMAT_VERSION, SESSION_START_KEY
-from basin.workload.records import Call, Session, Workload
+from basin.workload.arrivals import recorded_arrivals
+from basin.workload.io import FORMAT, FORMAT_VERSION
+from basin.workload.records import Call, Session
+
+__all__ = ["RecordFile", "TrafficRecorder", "check_record_path", "observed_cached_tokens", "recorded_arrivals",
+           "session_record", "task_hash"]
 
 #: ``Session.source`` of a recorded session; the observed cached tokens follow it.
 SOURCE = "basin-gateway"
@@ -184,16 +187,3 @@ class RecordFile:
 
     def close(self) -> None:
         self._fh.close()
-
-
-def recorded_arrivals(workload: Workload) -> list[SessionArrival]:
-    """A recorded workload's sessions at their own start times (``start_s``), in time order."""
-    starts = workload.extra.get(SESSION_START_KEY)
-    if not isinstance(starts, dict) or not starts:
-        raise BasinInputError(f"workload '{workload.name}': no session start times (start_s); it was not "
-                              "recorded by basin gateway --record or a trace with arrival times")
-    missing = [s.session_id for s in workload.sessions if s.session_id not in starts]
-    if missing:
-        raise BasinInputError(f"workload '{workload.name}': sessions without start_s: {', '.join(missing[:5])}")
-    return sorted((SessionArrival(float(starts[s.session_id]), s, BASE) for s in workload.sessions),
-                  key=lambda a: a.arrival_s)

@@ -24,7 +24,9 @@ from basin.gateway.adapters import make_adapter
 from basin.gateway.adapters.llamacpp import LlamaCppAdapter
 from basin.gateway.config import GatewayConfig
 from basin.gateway.connections import ConnectionGuard, GuardedRunner, refuse_over_limit
+from basin.gateway.exposition import MonitorCollector
 from basin.gateway.gate import Gate
+from basin.gateway.monitor import MonitorSettings, build_monitor, find_smallest_surge
 from basin.gateway.proxy import GATED_PATHS, PASSTHROUGH_PATHS, Proxy, error_response
 from basin.gateway.record import RecordFile, TrafficRecorder
 from basin.gateway.scrape import EngineMetrics
@@ -36,6 +38,8 @@ from basin.systems import build_policy as build_system_policy
 from basin.workload.records import Session
 
 log = logging.getLogger("basin.gateway")
+#: Monitor observations per window, besides those the control steps hand it.
+MONITOR_SAMPLES = 30
 
 #: Gateway defaults of policies whose full form needs the engine's help:
 #: BASIN runs without decode-memory lending, which only an engine can do.
@@ -112,7 +116,15 @@ class GatewayServer:
         self.gate.slots = self._slots_from_engine()
         if cfg.record is not None:
             self._record_to(cfg)
+        if cfg.monitor_deployment is not None:
+            self.gate.monitor = build_monitor(
+                cfg.monitor_deployment, cfg.monitor_workload, cfg.monitor_host_ratio, cfg.monitor_curve,
+                MonitorSettings(window_s=cfg.monitor_window_s, time_scale=cfg.monitor_time_scale,
+                                surge_min=cfg.monitor_surge_min))
         self.telemetry = Telemetry(self.gate, lambda: self.poller.failures if self.poller else 0)
+        gate, monitor = self.gate, self.gate.monitor
+        if monitor is not None:
+            self.telemetry.registry.register(MonitorCollector(monitor, lambda: gate.monitor_errors))
         refused = self.telemetry.calls.labels("too_many_connections")
         self.guard.on_refused = refused.inc
         self.proxy = Proxy(cfg, self.gate, self.adapter, self.telemetry, self.client, self.clock)
@@ -141,6 +153,8 @@ class GatewayServer:
         self.url = f"http://{cfg.listen_host}:{port}"
         await self.poller.scrape_once()
         self._tasks = [asyncio.create_task(self.poller.run()), asyncio.create_task(self._control_loop())]
+        if self.gate.monitor is not None:
+            self._tasks += [asyncio.create_task(self._surge_loop()), asyncio.create_task(self._monitor_loop())]
         if self.gate.known_capacity_tokens() is None and isinstance(self.adapter, LlamaCppAdapter):
             self._tasks.append(asyncio.create_task(self._watch_capacity(self.adapter)))
         return self.url
@@ -282,6 +296,36 @@ class GatewayServer:
                 await asyncio.wait_for(self._tick_now.wait(), delay)
             except TimeoutError:
                 pass
+
+    async def _monitor_loop(self) -> None:
+        """Observations between control steps: a policy may tick every 30 s, too seldom for rates over
+        the monitor's window (and far too seldom in front of an accelerated emulator)."""
+        assert self.gate is not None and self.gate.monitor is not None
+        every_s = max(self.gate.monitor.settings.window_s / self.gate.monitor.settings.time_scale / MONITOR_SAMPLES,
+                      0.05)
+        while True:
+            await asyncio.sleep(every_s)
+            self.gate.observe(self.clock())
+
+    async def _surge_loop(self) -> None:
+        """The monitor's smallest trapping surge, searched in a worker thread (it takes about a second of
+        CPU) every ``monitor_surge_interval_s``, so control steps and calls never wait for it."""
+        assert self.gate is not None and self.gate.monitor is not None
+        gate, monitor = self.gate, self.gate.monitor
+        while True:
+            job, found = monitor.surge_job(), None
+            if job is not None:
+                at = self.clock()
+                try:
+                    found = await asyncio.to_thread(find_smallest_surge, *job)
+                except Exception as exc:
+                    gate.monitor_errors += 1
+                    log.error("the monitor's surge search failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
+                else:
+                    monitor.surge_found(found, at)
+            # No estimate yet, or no stable population to push from: look again soon.
+            await asyncio.sleep(self.config.monitor_surge_interval_s if found is not None
+                                else min(self.config.monitor_surge_interval_s, 1.0))
 
     def request_tick(self) -> None:
         """Run the control step now (admin changes, tests)."""

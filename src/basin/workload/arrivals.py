@@ -31,6 +31,7 @@ import numpy as np
 
 from basin.errors import BasinInputError, where
 from basin.paths import DATA_DIR
+from basin.workload.io import SESSION_START_KEY
 from basin.workload.records import Session, Workload
 
 #: Tags of arrivals: the base stream, a surge's surplus, sessions active at time zero.
@@ -481,3 +482,24 @@ def draw_arrivals(workload: Workload, schedule: ArrivalSchedule, duration_s: flo
         used.add(sid)
         unique.append(a if copy == 1 else replace(a, session=replace(a.session, session_id=sid)))
     return unique
+
+
+def recorded_arrivals(workload: Workload) -> list[SessionArrival]:
+    """A recorded workload's sessions at their own start times (``start_s``), in time order.
+
+    What ``basin gateway --record`` writes, or a trace with arrival times:
+    here rather than in the gateway so the simulator can replay it without
+    importing the gateway. A session without a start time is refused, not
+    given one, because any invented time would be a guess about the traffic.
+    """
+    starts = workload.extra.get(SESSION_START_KEY)
+    if not isinstance(starts, dict) or not starts:
+        raise BasinInputError(f"workload '{workload.name}': no session start times (start_s); it was not "
+                              "recorded by basin gateway --record or a trace with arrival times")
+    missing = [s.session_id for s in workload.sessions if s.session_id not in starts]
+    if missing:
+        raise BasinInputError(f"workload '{workload.name}': sessions without start_s: {', '.join(missing[:5])}"
+                              f"{' ...' if len(missing) > 5 else ''}; every session needs one to replay at "
+                              "its own time")
+    return sorted((SessionArrival(float(starts[s.session_id]), s, BASE) for s in workload.sessions),
+                  key=lambda a: a.arrival_s)
