@@ -24,7 +24,7 @@ SPEED = 30.0
 SURGE = Surge(start_min=8.0, end_min=18.0, factor=3.0)
 DURATION_MIN = 22.0
 #: Stated tolerance of the monitor's N_u against the model's analysis at the base rate.
-TIPPING_TOLERANCE = 0.15
+TIPPING_TOLERANCE = 0.20  # 12% seen here; HTTP time at 30x biases the fitted tool time upwards
 
 
 async def _run() -> list[tuple[float, int, object]]:
