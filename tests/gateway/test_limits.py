@@ -324,7 +324,7 @@ def test_healthz_names_no_upstream_and_unknown_capacity_is_nan_not_2_to_the_60()
             server.gate.tick(server.clock())
             async with client.get(server.url + "/metrics") as r:
                 text = await r.text()
-            assert 'basin_gateway_signal{name="gpu_cache_tokens"} NaN' in text
+            assert 'basin_gateway_signal_gpu_cache_tokens NaN' in text
     run(go())
 
 

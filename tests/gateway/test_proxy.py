@@ -346,7 +346,7 @@ def test_gateway_metrics_and_admin_api():
             async with client.get(url + "/metrics") as r:
                 text = await r.text()
             for name in ("basin_gateway_sessions{state=\"admitted\"} 1.0", "basin_gateway_added_latency_seconds_count",
-                         "basin_gateway_working_set_tokens", "basin_gateway_signal{name=\"hit_rate\"}",
+                         "basin_gateway_working_set_tokens", "basin_gateway_signal_hit_ratio",
                          "basin_gateway_budget_tokens", "basin_gateway_session_outcomes_total"):
                 assert name in text, name
             async with client.get(url + "/admin/state") as r:

@@ -18,9 +18,19 @@ from basin.gateway.sessions import SessionState
 
 _LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
 _WAIT_BUCKETS_S = (0.1, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600)
-_SIGNALS = ("hit_rate", "prefill_queue_requests", "prefill_backlog_tokens", "decode_wait_requests",
-            "decode_used_fraction", "arrival_rate_per_min", "gpu_cache_tokens", "mean_context_tokens",
-            "stale_s")
+#: The policy's signals, one gauge each with its unit in its name (signal
+#: field -> metric, help).
+_SIGNALS = {
+    "hit_rate": "basin_gateway_signal_hit_ratio",
+    "prefill_queue_requests": "basin_gateway_signal_prefill_queue_requests",
+    "prefill_backlog_tokens": "basin_gateway_signal_prefill_backlog_tokens",
+    "decode_wait_requests": "basin_gateway_signal_decode_wait_requests",
+    "decode_used_fraction": "basin_gateway_signal_decode_used_ratio",
+    "arrival_rate_per_min": "basin_gateway_signal_arrival_rate_per_minute",
+    "gpu_cache_tokens": "basin_gateway_signal_gpu_cache_tokens",
+    "mean_context_tokens": "basin_gateway_signal_mean_context_tokens",
+    "stale_s": "basin_gateway_signal_staleness_seconds",
+}
 
 
 class _GateCollector(Collector):
@@ -57,14 +67,13 @@ class _GateCollector(Collector):
                                 value=float(gate.control_failures))
         yield CounterMetricFamily("basin_gateway_control_errors", "Exceptions raised by the policy, in all",
                                   value=float(gate.control_errors))
-        signal = GaugeMetricFamily("basin_gateway_signal", "Signals as the policy last saw them", labels=["name"])
+        # Absent before the first control tick; an unknown capacity is NaN, not a huge cache.
         if gate.last_signals is not None:
-            for name in _SIGNALS:
+            for name, metric in _SIGNALS.items():
                 value = float(getattr(gate.last_signals, name))
                 if name == "gpu_cache_tokens" and value >= UNKNOWN_CAPACITY_TOKENS:
-                    value = math.nan  # unknown, not a huge cache
-                signal.add_metric([name], value)
-        yield signal
+                    value = math.nan
+                yield GaugeMetricFamily(metric, f"The policy's {name} signal at the last control tick", value=value)
 
 
 class Telemetry:
