@@ -271,3 +271,61 @@ def test_prior_controller_keeps_the_fixed_cap():
     for t in range(10, 400, 5):
         p.control(signals(float(t), active=55, hit=0.95), [1])
         assert p.state.budget <= 2.0 * p.state.b0 + 1e-6
+
+
+# ---------------------------------------------------------------- reservation options
+
+
+class QuantilePredictor(TablePredictor):
+    """Point prediction from the table, reservation twice that."""
+
+    def reserve_peak_tokens(self, task_text, first_prompt_tokens, session_id, oracle_peak_tokens):
+        return 2 * self.peaks.get(session_id, self.default)
+
+
+def test_a_reserving_predictor_sets_the_reservation_not_the_priority():
+    from basin.policy.basin import BasinPolicy as Basin
+
+    p = Basin(BasinParams(), predictor=QuantilePredictor({"s1": 40_000}), cliff=CliffSummary())
+    p.on_session_arrival(info(1, 10.0), signals(10.0))
+    assert p.priority_key(1) == 10.0 + 40_000 / 30.0
+    assert p.state.reserved == 80_000
+    p.on_session_finished(1, 20.0)
+    assert p.state.reserved == 0
+
+
+def test_online_correction_is_off_by_default_and_revises_only_the_reservation():
+    from basin.policy.basin import GrowthCorrection
+
+    # log R = log(1 + c) + log 2: twice the context so far.
+    corr = GrowthCorrection(intercept=math.log(2), coef_context=1.0, coef_calls=0.0, coef_initial=0.0)
+    for on in (False, True):
+        p = BasinPolicy(BasinParams(online_correction=on), predictor=TablePredictor({"s1": 50_000}),
+                        cliff=CliffSummary(), correction=corr)
+        p.on_session_arrival(info(1, 0.0), signals(0.0))
+        key = p.priority_key(1)
+        p.on_call_finished(1, 100_000, False, 5.0)
+        assert p.priority_key(1) == key  # the priority stays fixed
+        expected = 2 * 100_001 if on else 50_000
+        assert math.isclose(p.state.reserved, expected)
+        p.on_call_finished(1, 120_000, True, 9.0)  # the last call: nothing to revise
+        assert math.isclose(p.state.reserved, expected)
+        p.on_session_finished(1, 10.0)
+        assert abs(p.state.reserved) < 1e-6
+
+
+def test_growth_correction_never_reserves_less_than_the_context():
+    from basin.policy.basin import GrowthCorrection
+
+    corr = GrowthCorrection(intercept=-5.0, coef_context=0.0, coef_calls=0.0, coef_initial=0.0)
+    assert corr.reservation(10_000, 70_000, 3) == 70_000
+
+
+def test_online_correction_needs_a_predictor_with_a_growth_fit():
+    import pytest
+
+    from basin.policy.params import PolicyParamError
+    from basin.systems import build_policy
+
+    with pytest.raises(PolicyParamError, match="online_correction.*ridge:q=0.9"):
+        build_policy("basin", {"predictor": "oracle", "online_correction": True})

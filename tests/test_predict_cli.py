@@ -80,3 +80,13 @@ def test_bad_input_exits_2_with_a_message(capsys, toy_file, tmp_path, args: list
     args = [a.format(toy=toy_file, dir=tmp_path) for a in args]
     code, _, err = _run(capsys, *args)
     assert code == 2 and message in err
+
+
+def test_eval_reports_both_protocols_and_the_quantile(capsys, toy_file) -> None:
+    code, out, _ = _run(capsys, "predict", "eval", str(toy_file), "--json", "--folds", "5", "-q", "0.8")
+    d = json.loads(out)
+    assert code == 0 and d["level"] == 0.8 and d["model"] == "ridge"
+    assert d["protocol"].startswith("task-grouped") and d["other_protocol"]["group_by"] == "session"
+    keys = {"coverage", "over_reservation_mean", "under_reservation_mean", "reserved_over_peak"}
+    assert keys <= set(d["reservation"])
+    assert 0 <= d["reservation"]["coverage"] <= 1 and d["other_protocol"]["reservation"] is not None

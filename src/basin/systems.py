@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from basin.catalog import Deployment, HardwareProfile, critical_rate, load_hardware
 from basin.policy.base import Policy
-from basin.policy.basin import BasinPolicy, BasinPriorPolicy, CliffSummary
+from basin.policy.basin import BasinPolicy, BasinPriorPolicy, CliffSummary, GrowthCorrection
 from basin.policy.composition import CompositionPolicy
 from basin.policy.continuum import ContinuumPolicy, ReloadCosts
 from basin.policy.params import PolicyParamError
@@ -75,13 +75,27 @@ def build_policy(system: str, params: Mapping[str, object] | None = None,
         from basin.predict.peak import make_predictor
 
         spec = _option_text(system, options, "predictor") or DEFAULT_PREDICTOR
-        return BasinPolicy(policy_params, predictor=make_predictor(spec, context.workload),  # type: ignore[arg-type]
-                           cliff=cliff)
+        predictor = make_predictor(spec, context.workload)
+        return BasinPolicy(policy_params, predictor=predictor,  # type: ignore[arg-type]
+                           cliff=cliff, correction=_correction(system, policy_params, predictor, spec))
     if cls in (ContinuumPolicy, CompositionPolicy):
         hw = context.hardware_profile()
         costs = ReloadCosts.from_prefill(hw.prefill) if hw is not None else None
         return cls(policy_params, costs=costs)  # type: ignore[arg-type]
     return cls(policy_params)
+
+
+def _correction(system: str, params: object, predictor: object, spec: str) -> GrowthCorrection | None:
+    """The fitted online correction BASIN is handed when ``online_correction`` is on."""
+    if not getattr(params, "online_correction", False):
+        return None
+    coefficients = getattr(predictor, "growth_coefficients", None)
+    if coefficients is None:
+        raise PolicyParamError(system, "online_correction",
+                               f"the predictor '{spec}' carries no fitted growth model; use a calibrated "
+                               "predictor such as policy_params.predictor=ridge:q=0.9 (or gbt, quantile, auto), "
+                               "or leave online_correction off")
+    return GrowthCorrection(**coefficients())
 
 
 def _option_text(system: str, options: Mapping[str, object], name: str) -> str | None:

@@ -48,6 +48,43 @@ class PeakPredictor(Protocol):
                             oracle_peak_tokens: int | None) -> float: ...
 
 
+class ReservingPeakPredictor(PeakPredictor, Protocol):
+    """A predictor that also states what to reserve (an upper quantile of the
+    peak); BASIN then orders by the point prediction and reserves this."""
+
+    def reserve_peak_tokens(self, task_text: str | None, first_prompt_tokens: int, session_id: str,
+                            oracle_peak_tokens: int | None) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class GrowthCorrection:
+    """The online revision of a resident's reservation from its observed growth.
+
+    After a resident's ``k``-th call ends with context ``c`` (tokens), its
+    reservation becomes::
+
+        max(c, exp(intercept + coef_context log(1 + c) + coef_calls log(1 + k)
+                   + coef_initial log(W0) + offset))
+
+    with ``W0`` the point prediction made at the first call. The coefficients
+    are fitted offline (:mod:`basin.predict.growth`) and handed in: the policy
+    reads no file. ``offset`` lifts the revision to the predictor's stated
+    quantile (0 for the median). The priority is not revised.
+    """
+
+    intercept: float
+    coef_context: float
+    coef_calls: float
+    coef_initial: float
+    offset: float = 0.0
+
+    def reservation(self, initial_tokens: float, context_tokens: int, calls_done: int) -> float:
+        log_r = (self.intercept + self.coef_context * math.log1p(context_tokens)
+                 + self.coef_calls * math.log1p(calls_done)
+                 + self.coef_initial * math.log(max(initial_tokens, 1.0)) + self.offset)
+        return max(math.exp(min(log_r, 700.0)), float(context_tokens))
+
+
 @dataclass(frozen=True, slots=True)
 class BasinParams(PolicyParams):
     """Section 6.6's parameters and the implementation settings (section 7.9)."""
@@ -86,6 +123,11 @@ class BasinParams(PolicyParams):
     admission: bool = True
     lending: bool = True
     shedding: bool = True
+    #: Beyond the paper: revise each resident's reservation after every call
+    #: from its observed growth (calls and context so far) with the fitted
+    #: :class:`GrowthCorrection` the policy is handed; its priority stays the
+    #: one fixed at the first call. False: the paper's fixed reservation.
+    online_correction: bool = False
 
     def check(self) -> None:
         for name in ("interval_s", "busy_interval_s", "cooldown_s", "context_smoothing_s",
@@ -119,6 +161,10 @@ class _Session:
     prio: float
     context: int = 0
     admitted: bool = False
+    #: What the session holds against the budget: its peak prediction, an
+    #: upper quantile of it, or the online revision of either.
+    reserve: float = 0.0
+    calls_done: int = 0
 
 
 @dataclass(slots=True)
@@ -157,10 +203,11 @@ class BasinPolicy(Policy):
     params: BasinParams
 
     def __init__(self, params: BasinParams | None = None, *, predictor: PeakPredictor | None = None,
-                 cliff: CliffSummary | None = None):
+                 cliff: CliffSummary | None = None, correction: GrowthCorrection | None = None):
         super().__init__(params)
         self.cliff = cliff or CliffSummary()
         self.predictor = predictor
+        self.correction = correction
         self.sessions: dict[int, _Session] = {}
         #: Sessions registered and not admitted, by priority (stale entries,
         #: admitted, finished or shed since, are dropped when they surface).
@@ -182,10 +229,18 @@ class BasinPolicy(Policy):
         return float(self.predictor.predict_peak_tokens(
             info.task_text, info.first_prompt_tokens, info.session_id, info.oracle_peak_tokens))
 
+    def _reserve(self, info: SessionInfo, peak: float) -> float:
+        reserve = getattr(self.predictor, "reserve_peak_tokens", None)
+        if self.prior or reserve is None:
+            return peak
+        return max(float(reserve(info.task_text, info.first_prompt_tokens, info.session_id,
+                                 info.oracle_peak_tokens)), float(info.first_prompt_tokens))
+
     def _register(self, info: SessionInfo) -> _Session:
         peak = max(self._predict(info), float(info.first_prompt_tokens))
         prio = info.arrival_s if self.prior else info.arrival_s + peak / self.params.priority_rate_tokens_per_s
-        sess = _Session(info.arrival_s, peak, prio, context=info.first_prompt_tokens)
+        sess = _Session(info.arrival_s, peak, prio, context=info.first_prompt_tokens,
+                        reserve=self._reserve(info, peak))
         self.sessions[info.uid] = sess
         return sess
 
@@ -193,7 +248,7 @@ class BasinPolicy(Policy):
         sess.admitted = True
         self.state.residents += 1
         if not self.prior:  # the prior controller counts current contexts, not reservations
-            self.state.reserved += sess.peak_hat
+            self.state.reserved += sess.reserve
 
     def _fits(self, sess: _Session, signals: Signals | None, admitted_now: int = 0) -> bool:
         st = self.state
@@ -202,7 +257,7 @@ class BasinPolicy(Policy):
         if self.prior:
             live = (signals.working_set_tokens if signals is not None else st.working_set)
             return live + (admitted_now + 1) * max(st.context_mean, sess.context) <= st.budget
-        return st.reserved + sess.peak_hat <= st.budget
+        return st.reserved + sess.reserve <= st.budget
 
     def on_session_arrival(self, info: SessionInfo, signals: Signals) -> Admission:
         sess = self._register(info)
@@ -237,6 +292,12 @@ class BasinPolicy(Policy):
         sess = self.sessions.get(uid)
         if sess is not None:
             sess.context = context_tokens
+            sess.calls_done += 1
+            if (self.params.online_correction and self.correction is not None and sess.admitted
+                    and not last_call and not self.prior):
+                revised = self.correction.reservation(sess.peak_hat, context_tokens, sess.calls_done)
+                self.state.reserved += revised - sess.reserve
+                sess.reserve = revised
         return 0.0
 
     def on_session_finished(self, uid: int, now_s: float) -> None:
@@ -244,7 +305,7 @@ class BasinPolicy(Policy):
         if sess is not None and sess.admitted:
             self.state.residents -= 1
             if not self.prior:
-                self.state.reserved -= sess.peak_hat
+                self.state.reserved -= sess.reserve
 
     def priority_key(self, uid: int) -> float | None:
         sess = self.sessions.get(uid)

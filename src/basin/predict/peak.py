@@ -76,7 +76,11 @@ MODEL_FORMAT = 1
 DEFAULT_FOLDS = 10
 DEFAULT_SEED = 0
 
-SPEC_HELP = "ridge, ridge:FILE, growth:FACTOR, oracle, noisy:SIGMA or noisy:SIGMA:SEED"
+SPEC_HELP = ("ridge, ridge:FILE, ridge|gbt|quantile|auto[:q=LEVEL], growth:FACTOR, oracle, noisy:SIGMA or "
+             "noisy:SIGMA:SEED")
+
+#: Model kinds of the calibrated predictors (:mod:`basin.predict.calibrated`).
+CALIBRATED_KINDS = ("ridge", "gbt", "quantile", "auto")
 
 
 @runtime_checkable
@@ -275,14 +279,23 @@ class CrossFit:
 
 
 def cross_fit(data: TrainingData, folds: int = DEFAULT_FOLDS, seed: int = DEFAULT_SEED,
-              use_text: bool = True, groups: Sequence[str] | None = None) -> CrossFit:
+              use_text: bool = True, groups: Sequence[str] | None = None, kind: str = "ridge") -> CrossFit:
     """Predict every session with a model fitted without its fold.
 
     Folds hold whole groups (``groups``, default the task keys), so every
     rerun of a task is held out with it. Each fold fits its own vocabulary,
-    IDF, centring and alpha from its training part only.
+    IDF, centring and alpha (and, for ``kind="auto"``, its choice of model)
+    from its training part only.
     """
-    from basin.predict.ridge import fit_model, group_splits
+    from basin.predict.ridge import fit_model as fit_ridge
+    from basin.predict.ridge import group_splits
+
+    def fit_model(rows: Any, y: Any, groups: Any, *, seed: int, use_text: bool) -> Any:
+        if kind == "ridge":
+            return fit_ridge(rows, y, groups, seed=seed, use_text=use_text)
+        from basin.predict.models import fit_kind
+
+        return fit_kind(kind, rows, y, groups, seed=seed, use_text=use_text)
 
     groups = tuple(data.groups if groups is None else groups)
     n_groups = len(set(groups))
@@ -334,16 +347,34 @@ class PeakEvaluation:
     seconds: float
     predictions: np.ndarray = field(repr=False, compare=False)
     peaks: np.ndarray = field(repr=False, compare=False)
+    #: The model (``ridge``, ``gbt``, ``quantile``, ``auto``) and the kinds the folds chose.
+    model: str = "ridge"
+    fold_models: tuple[str, ...] = ()
+    #: The point prediction's and (with a level) the conformal reservation's
+    #: coverage and over/under-shoot (:func:`basin.predict.calibrated.reservation_figures`).
+    point: dict[str, float] = field(default_factory=dict, compare=False)
+    level: float | None = None
+    reservation: dict[str, float] | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, object]:
-        out = {k: getattr(self, k) for k in (
+        out: dict[str, object] = {k: getattr(self, k) for k in (
             "workload", "sessions", "groups", "folds", "fold_seed", "group_by", "use_text", "spearman",
             "log_error_sd", "log_error_mean", "spearman_first_prompt", "spearman_task_chars",
-            "alpha_median", "text_terms_median", "seconds")}
+            "alpha_median", "text_terms_median", "seconds", "model", "level")}
+        out["protocol"] = _PROTOCOLS.get(self.group_by, self.group_by)
+        out["fold_models"] = sorted(set(self.fold_models))
+        out["point"] = {k: round(v, 4) for k, v in self.point.items()}
+        out["reservation"] = None if self.reservation is None else {
+            k: round(v, 4) for k, v in self.reservation.items()}
         for k, v in out.items():
             if isinstance(v, float):
                 out[k] = round(v, 4)
         return out
+
+
+#: What each fold protocol is, in words (reports name the protocol).
+_PROTOCOLS = {"task": "task-grouped k-fold (every rerun of a task held out with it; honest)",
+              "session": "plain k-fold over sessions (reruns split across folds; leaks a task's peak)"}
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -355,15 +386,27 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def evaluate(workload: Workload, folds: int = DEFAULT_FOLDS, seed: int = DEFAULT_SEED,
-             use_text: bool = True, group_by: str = "task") -> PeakEvaluation:
+             use_text: bool = True, group_by: str = "task", model: str = "ridge",
+             level: float | None = None) -> PeakEvaluation:
     """Cross-fitted rank correlation and log-error spread of the ridge predictor.
 
     ``group_by="task"`` (the honest default) keeps reruns of a task in one
     fold; ``"session"`` holds out single sessions, which lets a rerun's
     identical text carry its task's peak into the prediction (leaky; only for
     comparison with a plain leave-one-trajectory-out protocol).
+
+    ``model`` picks the regression (:mod:`basin.predict.models`); with
+    ``level`` the split-conformal reservation of each session is formed from
+    the residuals of the *other* folds (cross-conformal), and its coverage and
+    over/under-shoot are reported.
     """
+    from basin.predict.calibrated import KINDS, check_level, conformal_offsets, reservation_figures
+    from basin.predict.models import model_kind
+
     _check_folds(folds, seed)
+    if model not in KINDS:
+        raise BasinInputError(f"{where(field='model')}: unknown model {model!r}; use one of {', '.join(KINDS)}")
+    level = check_level(level)
     data = TrainingData.from_sessions(workload.sessions)
     if group_by == "task":
         groups = data.groups
@@ -371,11 +414,17 @@ def evaluate(workload: Workload, folds: int = DEFAULT_FOLDS, seed: int = DEFAULT
         groups = data.session_ids
     else:
         raise BasinInputError(f"{where(field='group_by')}: expected 'task' or 'session', got {group_by!r}")
-    cf = cross_fit(data, folds=folds, seed=seed, use_text=use_text, groups=groups)
+    cf = cross_fit(data, folds=folds, seed=seed, use_text=use_text, groups=groups, kind=model)
     err = np.log(cf.predictions) - data.log_peaks
+    reservation = None
+    if level is not None:
+        raw = np.array([float(cf.models[f].predict([row])[0]) for f, row in zip(cf.fold_of_session, data.rows)])
+        offsets = conformal_offsets(data.log_peaks - raw, cf.fold_of_session, level)
+        reserve = _floored(raw + np.array([offsets[int(f)] for f in cf.fold_of_session]), data.rows)
+        reservation = reservation_figures(reserve, data.peaks)
     chars = np.array([len(t) if t else 0 for t, _ in data.rows], dtype=float)
     prompts = np.array([p for _, p in data.rows], dtype=float)
-    steps = [m.named_steps for m in cf.models]
+    steps = [m.named_steps for m in cf.models if model_kind(m) == "ridge"]
     return PeakEvaluation(
         workload=workload.name, sessions=len(data.rows), groups=len(set(groups)), folds=len(cf.models),
         fold_seed=seed, group_by=group_by, use_text=use_text,
@@ -385,8 +434,10 @@ def evaluate(workload: Workload, folds: int = DEFAULT_FOLDS, seed: int = DEFAULT
         spearman_first_prompt=_spearman(prompts, data.peaks),
         spearman_task_chars=_spearman(chars, data.peaks) if chars.any() else None,
         alpha_median=_alpha_median(steps),
-        text_terms_median=float(np.median([s["features"].n_terms_ for s in steps])),
+        text_terms_median=float(np.median([s["features"].n_terms_ for s in steps])) if steps else 0.0,
         seconds=cf.seconds, predictions=cf.predictions, peaks=data.peaks,
+        model=model, fold_models=tuple(model_kind(m) for m in cf.models),
+        point=reservation_figures(cf.predictions, data.peaks), level=level, reservation=reservation,
     )
 
 
@@ -673,6 +724,11 @@ def make_predictor(spec: str, workload_name: str | None = None) -> PeakPredictor
     * ``ridge``: the ridge predictor of ``workload_name`` (fitted on first
       use, then cached in this process and on disk);
     * ``ridge:FILE``: a predictor saved by ``basin predict fit --out FILE``;
+    * ``gbt``, ``quantile``, ``auto``, and any of them or ``ridge`` with
+      ``:q=LEVEL``: a calibrated predictor (:mod:`basin.predict.calibrated`)
+      of that model, reserving the split-conformal ``LEVEL`` quantile of the
+      peak (without ``q``: the point prediction); it also carries the fit of
+      BASIN's online correction;
     * ``growth:FACTOR``: the first prompt times FACTOR (no trained model);
     * ``oracle``: the true peak;
     * ``noisy:SIGMA`` / ``noisy:SIGMA:SEED``: the true peak with lognormal
@@ -703,6 +759,14 @@ def make_predictor(spec: str, workload_name: str | None = None) -> PeakPredictor
             raise BasinInputError(f"{where(field='predictor')}: cannot read '{spec}'; write growth:FACTOR, "
                                   "e.g. growth:1.5") from None
         return GrowthPredictor(factor)
+    if kind in CALIBRATED_KINDS and (kind != "ridge" or "=" in arg):
+        level = _spec_level(spec, arg)
+        if not workload_name:
+            raise BasinInputError(f"{where(field='workload')}: the '{kind}' predictor is fitted per workload "
+                                  "and none was named; pass the workload (preset name or file)")
+        from basin.predict.calibrated import calibrated_for_workload
+
+        return calibrated_for_workload(workload_name, kind, level)
     if kind == "ridge":
         if arg:
             return RidgePeakPredictor.load(arg)
@@ -712,3 +776,22 @@ def make_predictor(spec: str, workload_name: str | None = None) -> PeakPredictor
                                   "ridge:FILE with a model from `basin predict fit`")
         return ridge_for_workload(workload_name)
     raise BasinInputError(f"{where(field='predictor')}: unknown predictor '{spec}'; use {SPEC_HELP}")
+
+
+def _spec_level(spec: str, arg: str) -> float | None:
+    """The ``q=LEVEL`` option of a calibrated spec (None when absent)."""
+    level: float | None = None
+    for item in filter(None, (a.strip() for a in arg.split(","))):
+        key, eq, value = item.partition("=")
+        if key.strip().lower() != "q" or not eq:
+            raise BasinInputError(f"{where(field='predictor')}: unknown option '{item}' in '{spec}'; the one "
+                                  "option is q=LEVEL, e.g. ridge:q=0.9")
+        try:
+            level = float(value)
+        except ValueError:
+            raise BasinInputError(f"{where(field='q')}: cannot read '{value}' in '{spec}'; write a level in "
+                                  "(0, 1), e.g. ridge:q=0.9") from None
+        if not 0 < level < 1:
+            raise BasinInputError(f"{where(field='q')}: expected a reservation level in (0, 1), got {value} "
+                                  f"in '{spec}'; e.g. ridge:q=0.9")
+    return level
