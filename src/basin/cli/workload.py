@@ -22,6 +22,17 @@ class ImportSource(str, enum.Enum):
     MOONCAKE = "mooncake"
     AZURE = "azure"
     SERVEGEN = "servegen"
+    OPENAI = "openai"
+    OTEL = "otel"
+    LITELLM = "litellm"
+    VLLM = "vllm"
+    SGLANG = "sglang"
+
+
+#: Sources read by :mod:`basin.workload.logs` (request logs with their own arrival times).
+_LOG_SOURCES = ("openai", "otel", "litellm", "vllm", "sglang")
+#: Below this many sessions an imported log is flagged as likely to be replayed many times over.
+_SMALL_LOG_SESSIONS = 50
 
 
 def _check_workload_out(out: Path) -> None:
@@ -119,6 +130,9 @@ def import_cmd(
     path: Path = typer.Argument(..., help="The file to import."),
     out: Path = typer.Option(..., "--out", help="Workload file (.jsonl/.jsonl.gz/.parquet); servegen: .csv."),
     column: str | None = typer.Option(None, "--column", help="servegen: the rate column to keep."),
+    reuse: str = typer.Option("append", "--reuse",
+                              help="request logs: reused prefix = previous context ('append') or the "
+                                   "reported cached tokens ('cached')."),
 ) -> None:
     """Convert a shipped source format into a workload file (servegen: a rate series CSV).
 
@@ -126,6 +140,9 @@ def import_cmd(
     *_tasks.jsonl) beside it. mooncake: a Mooncake trace .jsonl(.gz), sessions
     rebuilt from prefix hashes. azure: an Azure LLM inference CSV, one-call
     sessions with their arrival times. servegen: an aggregate rate CSV.
+    openai, otel, litellm, vllm, sglang: request logs grouped into sessions
+    with their own start times (docs/workloads.md section 3.5 states each
+    format's grouping rule).
 
     Example:
 
@@ -139,7 +156,12 @@ def import_cmd(
         return
     if column is not None:
         raise BasinInputError("--column applies to servegen only")
+    if reuse != "append" and source.value not in _LOG_SOURCES:
+        raise BasinInputError(f"--reuse applies to the request-log formats ({', '.join(_LOG_SOURCES)}) only")
     _check_workload_out(out)
+    if source.value in _LOG_SOURCES:
+        _import_log(source.value, path, out, reuse)
+        return
     if source is ImportSource.AGENT_TABLE:
         from basin.workload.agent_tables import load_agent_table_files
 
@@ -150,6 +172,22 @@ def import_cmd(
         w = read_azure_trace(path)
     write_workload(w, out)
     _wrote(out, len(w.sessions), w.n_calls)
+
+
+def _import_log(fmt: str, path: Path, out: Path, reuse: str) -> None:
+    from basin.workload.io import write_workload
+    from basin.workload.logs import load_request_log
+    from basin.workload.presets import small_trace_warning
+
+    w = load_request_log(fmt, path, reuse)  # type: ignore[arg-type]  # checked inside
+    write_workload(w, out)
+    _wrote(out, len(w.sessions), w.n_calls)
+    skipped = w.extra.get("skipped_records", 0)
+    if skipped:
+        typer.echo(f"skipped {skipped} records that are not LLM calls (no token usage, not a GenAI span)")
+    warning = small_trace_warning(w, _SMALL_LOG_SESSIONS)
+    if warning:
+        typer.echo(f"warning: {warning}", err=True)
 
 
 def _import_servegen(path: Path, out: Path, column: str | None) -> None:

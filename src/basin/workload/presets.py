@@ -14,6 +14,7 @@ Callers must not mutate the returned workload's ``extra`` dict: it is shared.
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -102,3 +103,27 @@ def sample_sessions(w: Workload, n_sessions: int, seed: int = 0) -> Workload:
         extra[SESSION_START_KEY] = {s.session_id: starts[s.session_id] for s in sessions
                                     if s.session_id in starts}
     return replace(w, sessions=sessions, extra=extra)
+
+
+def small_trace_warning(w: Workload, draws: int) -> str | None:
+    """Why replaying ``draws`` sessions from ``w`` misleads, or None if it does not.
+
+    A run draws sessions in shuffled passes, every session once before any
+    twice; a small trace asked for many sessions replays the same few
+    conversations over and over, so the cache sees far more exact repeats
+    than real traffic would. Past two passes that is worth saying.
+    """
+    n = len(w.sessions)
+    if draws <= n:
+        return None
+    return (f"workload '{w.name}' has only {n} sessions; {draws} sessions would replay each about "
+            f"{draws / n:.1f} times, so results reflect these few conversations repeated (use a larger "
+            f"log or trace, or fewer sessions)")
+
+
+def warn_if_reused(w: Workload, draws: int) -> None:
+    """Emit :func:`small_trace_warning` as a ``UserWarning`` when ``draws`` sessions outrun ``w`` twice over."""
+    if draws > 2 * len(w.sessions):
+        message = small_trace_warning(w, draws)
+        if message:
+            warnings.warn(message, UserWarning, stacklevel=2)
