@@ -153,3 +153,14 @@ def test_commands_that_need_a_base_rate_say_from_workload_has_none(capsys, recor
     code, _, err = run_basin(capsys, "model", "analyze", "--scenario", "trap-1p1d",
                              *(a for o in _overrides(recorded) for a in ("--set", o)))
     assert code == 2 and "from_workload" in err and "base_per_min" in err
+
+
+def test_drawing_a_small_trace_many_times_over_warns(recorded):
+    """Poisson arrivals over a three-session file replay each session many
+    times: the run says so instead of silently repeating them."""
+    scenario = load_scenario("trap-1p1d", [f"workload.name={recorded}", "arrivals.base_per_min=5",
+                                           "duration_min=30", "measure_end_min=30"])
+    workload = read_workload(recorded)
+    with pytest.warns(UserWarning, match="replay each about"):
+        arrivals = scenario_arrivals(scenario, deployment_for(scenario), workload)
+    assert len(arrivals) > 2 * len(workload.sessions)

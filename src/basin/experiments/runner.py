@@ -37,7 +37,7 @@ from basin.workload.arrivals import (
     draw_arrivals,
     recorded_arrivals,
 )
-from basin.workload.presets import resolve_workload
+from basin.workload.presets import resolve_workload, warn_if_reused
 from basin.workload.records import Workload
 from basin.workload.transforms import scale_workload, truncate_calls
 
@@ -257,9 +257,12 @@ def scenario_arrivals(scenario: Scenario, dep: Deployment, workload: Workload | 
         burst_workload = build_workload(scenario.arrivals.burst_workload, scenario.seed + 1)
     duration_s = scenario.duration_min * 60.0
     if not scenario.arrivals.from_workload:
-        return draw_arrivals(workload, schedule_for(scenario, base_rate_per_min(scenario, dep)), duration_s,
-                             seed=scenario.seed, warm_sessions=scenario.arrivals.warm_sessions,
-                             burst_workload=burst_workload)
+        drawn = draw_arrivals(workload, schedule_for(scenario, base_rate_per_min(scenario, dep)), duration_s,
+                              seed=scenario.seed, warm_sessions=scenario.arrivals.warm_sessions,
+                              burst_workload=burst_workload)
+        # A small trace drawn many times over replays the same few conversations.
+        warn_if_reused(workload, sum(1 for a in drawn if burst_workload is None or a.tag != BURST))
+        return drawn
     recorded = recorded_arrivals(workload)
     inside = [a for a in recorded if a.arrival_s < duration_s]
     if not inside:
