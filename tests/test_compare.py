@@ -140,6 +140,8 @@ def test_compare_of_a_scenario_file_keeps_tables_labels_bins_and_records_provena
                                   "--jobs", "-1", "--out", str(out), "--plot", str(out / "fig14.svg"), "--csv",
                                   *SHORT, "--set", "duration_min=15", "--set", "measure_end_min=10")
     assert code == 0, err
+    # stderr is not a terminal: progress as plain lines, ending with every run done.
+    assert "compare: 2/2 runs (100%)" in err
     # Per-run tables, and none of the earlier compare's.
     for system in ("hicache", "basin-prior"):
         assert (out / "runs" / "mine" / system / "seed-0" / "calls.parquet").is_file()

@@ -14,7 +14,7 @@ import pytest
 
 from basin.errors import BasinInputError
 from basin.metrics import CALLS_COLUMNS, SESSIONS_COLUMNS, TIMESERIES_COLUMNS, summarize_run
-from basin.metrics._tables import binned_median, require_columns
+from basin.metrics._tables import bin_counts, binned_median, binned_sum, nan_percentile, require_columns
 
 NAN = float("nan")
 
@@ -161,6 +161,21 @@ def test_binned_median_groups_by_half_open_bins() -> None:
     # Bin [0,1): {5,1,3} -> 3; [1,2): {10,20} -> 15; [2,3): {7} -> 7; 3.0 lies outside, NaN time ignored.
     np.testing.assert_array_equal(counts, [3, 2, 1])
     np.testing.assert_allclose(medians, [3.0, 15.0, 7.0])
+
+
+def test_the_last_bin_stays_half_open_and_empty_input_gives_empty_bins() -> None:
+    # scipy's binned_statistic would count 2.0 (the last edge) in the last bin.
+    edges = np.array([0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(bin_counts(np.array([0.0, 1.0, 2.0, 2.0 + 1e-12]), edges), [1, 1])
+    np.testing.assert_array_equal(binned_sum(np.array([1.5, 2.0]), np.array([3.0, 4.0]), edges), [0.0, 3.0])
+    medians, counts = binned_median(np.array([np.nan]), np.array([1.0]), edges)
+    np.testing.assert_array_equal(medians, [np.nan, np.nan])
+    np.testing.assert_array_equal(counts, [0, 0])
+
+
+def test_nan_percentile_ignores_missing_and_infinite_entries() -> None:
+    assert nan_percentile(np.array([1.0, np.nan, 3.0, np.inf]), 50) == 2.0
+    assert np.isnan(nan_percentile(np.array([np.nan, np.inf]), 50))
 
 
 def test_binned_median_matches_numpy_on_random_data() -> None:

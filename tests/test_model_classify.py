@@ -119,6 +119,18 @@ def test_run_cache_round_trip(tmp_path) -> None:
     assert cache.get("torn") is None
 
 
+def test_run_cache_lives_in_the_project_disk_cache(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("BASIN_CACHE_DIR", str(tmp_path))
+    assert classify.default_cache_dir() == tmp_path / "classify"
+
+
+def test_an_unwritable_run_cache_costs_a_warning_not_the_run(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.warns(UserWarning, match="could not keep a classify run"):
+        RunCache(blocker / "classify").put("abc", {"x": np.ones(3)})
+
+
 def test_a_tiny_real_run_is_simulated_once_then_read_back(tmp_path) -> None:
     from basin.experiments.scenario import Scenario
 

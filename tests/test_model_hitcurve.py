@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -87,6 +90,21 @@ def test_fit_is_monotone_and_robust_to_noise() -> None:
     grid = np.linspace(0.2, 3.8, 50)
     assert np.max(np.abs(t(grid) - truth(grid))) < 0.2  # the knee itself is smeared by binning
     assert abs(t.knee_ratio - 1.9) < 0.1
+
+
+def test_fit_pools_rising_bins_by_their_point_counts() -> None:
+    # Bins at 0.05 (median 0.9, 3 points), 0.15 (0.6, 3), 0.25 (0.8, 9), 0.35 (0.1, 3):
+    # the rise from 0.6 to 0.8 is pooled to (3 * 0.6 + 9 * 0.8) / 12 = 0.75.
+    x = [0.05] * 3 + [0.15] * 3 + [0.25] * 9 + [0.35] * 3
+    h = [0.9] * 3 + [0.6] * 3 + [0.8] * 9 + [0.1] * 3
+    t = fit_table(x, h, bin_width=0.1)
+    assert t.hit_rates == (0.9, 0.75, 0.75, 0.1)
+
+
+def test_importing_hitcurve_does_not_import_sklearn() -> None:
+    code = "import sys, basin.model.hitcurve; print('sklearn' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
 
 
 def test_fit_needs_two_populated_bins() -> None:

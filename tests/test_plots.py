@@ -79,3 +79,34 @@ def test_importing_plots_does_not_import_matplotlib() -> None:
     code = "import sys, basin.experiments.plots; print('matplotlib' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_interventions_are_labelled_lines_on_every_panel(tmp_path: Path) -> None:
+    from basin.experiments.plots import intervention_marks
+    from basin.experiments.scenario import InterventionSpec
+
+    marks = intervention_marks([InterventionSpec(at_min=30, switch_policy="basin"),
+                                InterventionSpec(at_min=60, terminate_tag="burst")])
+    assert marks == [(30.0, "switch to basin"), (60.0, "terminate burst")]
+    fig = plot_run_timeseries({"hicache": _trapped_timeseries()}, tmp_path / "iv.png", interventions=marks)
+    for ax in fig.axes:
+        assert {30.0, 60.0} <= {line.get_xdata()[0] for line in ax.get_lines() if len(set(line.get_xdata())) == 1}
+    assert [t.get_text() for t in fig.axes[0].texts] == ["switch to basin", "terminate burst"]
+
+
+def test_eight_systems_get_distinct_colours_and_one_legend_outside(tmp_path: Path) -> None:
+    runs = {f"system-{i}": make_timeseries(60) for i in range(8)}
+    fig = plot_run_timeseries(runs, tmp_path / "eight.png")
+    _assert_png(tmp_path / "eight.png")
+    ax_hit = fig.axes[1]
+    assert len({line.get_color() for line in ax_hit.get_lines()}) == 8
+    assert len(fig.legends) == 1 and [t.get_text() for t in fig.legends[0].get_texts()] == list(runs)
+    fig.canvas.draw()
+    legend_box = fig.legends[0].get_window_extent()
+    assert all(legend_box.x0 >= ax.get_window_extent().x1 for ax in fig.axes)
+    assert len(fig.axes[-1].get_legend().get_texts()) == 2  # decoding / reserved, not one per system
+
+
+def test_cliff_axis_names_the_capacity_it_divides_by(tmp_path: Path) -> None:
+    fig = plot_cliff({"run": _trapped_timeseries()}, tmp_path / "cliff.png")
+    assert "GPU prefix cache" in fig.axes[0].get_xlabel() and "no host tier" in fig.axes[0].get_xlabel()

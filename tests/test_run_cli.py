@@ -199,6 +199,21 @@ def test_run_records_what_it_ran_and_clears_earlier_runs(capsys, tmp_path):
     (row,) = csv.DictReader((out / "summary.csv").open())
     assert "why" in stdout and all(word in stdout for word in row["state_reason"].split())
     assert "L_late: the largest median TTFT" in " ".join(stdout.split())
+    # stderr is not a terminal here: progress comes as plain lines, the last at the run's end.
+    assert "trap-1p1d / hicache: 20/20 min simulated (100%)" in err
+
+
+def test_plain_progress_lines_are_spaced_and_end_once() -> None:
+    import io
+
+    from basin.cli.run import PlainProgress
+
+    buf = io.StringIO()
+    lines = PlainProgress("x / hicache", 10.0, stream=buf)
+    for t_s in (0.0, 60.0, 120.0, 600.0, 600.0):
+        lines(t_s)
+    assert buf.getvalue().splitlines() == [
+        "x / hicache: 0/10 min simulated (0%), 0 s elapsed", "x / hicache: 10/10 min simulated (100%), 0 s elapsed"]
 
 
 def test_run_prints_csv(capsys, tmp_path):

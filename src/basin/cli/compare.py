@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from basin.cli.options import parse_jobs
@@ -92,11 +91,12 @@ def compare(
     if stale:
         _err.print(f"[yellow]note:[/] removed the run tables of an earlier compare from {runs_dir}",
                    highlight=False, soft_wrap=True)
-    with Progress(TextColumn("compare"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=_err, transient=as_json or as_csv) as progress:
-        task = progress.add_task("runs", total=None)
-        rows, infos = run_compare(scenarios, systems, overrides, seeds, workers,
-                                  progress=lambda done, total: progress.update(task, completed=done, total=total),
+    from basin.experiments.pool import JobProgress
+
+    total = sum(len(seeds) if seeds else 1 for _ in loaded) * len(systems)
+    bar = _err.is_terminal and not (as_json or as_csv)
+    with JobProgress("compare", total, stream=sys.stderr, terminal=bar) as tick:
+        rows, infos = run_compare(scenarios, systems, overrides, seeds, workers, progress=tick,
                                   tables_dir=runs_dir if tables else None)
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps(row_dicts(rows), indent=1))

@@ -6,9 +6,11 @@ import csv
 import io
 import json
 import math
+import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TextIO
 
 import typer
 from rich.console import Console
@@ -49,7 +51,7 @@ def run(
     Example: basin run trap-1p1d --set surge.factor=2.0 --system hicache --out results/trap
     """
     from basin.experiments.compare import expand_systems
-    from basin.experiments.plots import plot_cliff, plot_run_timeseries
+    from basin.experiments.plots import intervention_marks, plot_cliff, plot_run_timeseries
     from basin.experiments.runner import check_runnable, provenance, remove_stale_runs, run_scenario, write_provenance
     from basin.experiments.scenario import load_scenario
     from basin.metrics.io import write_run
@@ -71,16 +73,22 @@ def run(
     out_dir = out or Path("results") / sc.name
     quiet = as_json or as_csv
     runs = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  TimeElapsedColumn(), console=_err, transient=quiet) as progress:
+    if _err.is_terminal and not quiet:
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                      TimeElapsedColumn(), console=_err) as progress:
+            for name in systems:
+                task = progress.add_task(f"{sc.name} / {name}", total=sc.duration_min * 60.0)
+
+                def on_progress(t: float, task: TaskID = task) -> None:
+                    progress.update(task, completed=t)
+
+                runs.append(run_scenario(sc, name, on_progress, params=dict(split.given[name])))
+                progress.update(task, completed=sc.duration_min * 60.0)
+    else:  # a log, CI or --json/--csv: plain lines on stderr, as sweeps print (JobProgress)
         for name in systems:
-            task = progress.add_task(f"{sc.name} / {name}", total=sc.duration_min * 60.0)
-
-            def on_progress(t: float, task: TaskID = task) -> None:
-                progress.update(task, completed=t)
-
-            runs.append(run_scenario(sc, name, on_progress, params=dict(split.given[name])))
-            progress.update(task, completed=sc.duration_min * 60.0)
+            lines = PlainProgress(f"{sc.name} / {name}", sc.duration_min)
+            runs.append(run_scenario(sc, name, lines, params=dict(split.given[name])))
+            lines(sc.duration_min * 60.0)
     removed = remove_stale_runs(out_dir, keep=[r.system for r in runs])
     if removed:
         _err.print(f"[yellow]note:[/] removed run folders of an earlier command from {out_dir}: "
@@ -97,7 +105,8 @@ def run(
     if plots:
         shade = [(sc.surge.start_min, sc.surge.end_min)] if sc.trigger_min is not None else []
         plot_run_timeseries({r.system: r.result.timeseries for r in runs}, out_dir / "timeseries.png",
-                            shade_windows=shade, title=f"{sc.name}")
+                            shade_windows=shade, interventions=intervention_marks(sc.interventions),
+                            title=f"{sc.name}")
         plot_cliff({r.system: r.result.timeseries for r in runs}, out_dir / "cliff.png",
                    title=f"{sc.name}: hit rate against working set")
     if as_json:
@@ -121,6 +130,34 @@ def run(
     console = Console()
     Console(width=max(console.width, 140)).print(table)
     _err.print(f"tables, plots, summary.csv and provenance.json in {out_dir}")
+
+
+class PlainProgress:
+    """Simulated minutes of one run as plain stderr lines (at most one per
+    ``JobProgress.LINE_INTERVAL_S``, the last always), for when stderr is not
+    a terminal and a bar's redraws would be noise."""
+
+    def __init__(self, label: str, total_min: float, stream: TextIO | None = None) -> None:
+        from basin.experiments.pool import JobProgress
+
+        self.label, self.total_min = label, total_min
+        self.stream = stream if stream is not None else sys.stderr
+        self.interval_s = JobProgress.LINE_INTERVAL_S
+        self._start = time.monotonic()
+        self._last = -math.inf
+        self._finished = False
+
+    def __call__(self, t_s: float) -> None:
+        """Called with the simulated clock in seconds (``run_scenario``'s progress)."""
+        minute = t_s / 60.0
+        now = time.monotonic()
+        done = minute >= self.total_min
+        if self._finished or (not done and now - self._last < self.interval_s):
+            return
+        self._last, self._finished = now, done
+        print(f"{self.label}: {min(minute, self.total_min):.0f}/{self.total_min:g} min simulated "
+              f"({100 * minute / max(self.total_min, 1e-9):.0f}%), {now - self._start:.0f} s elapsed",
+              file=self.stream, flush=True)
 
 
 def _row(run: Any) -> dict[str, Any]:

@@ -52,10 +52,10 @@ and an unchanged rerun only re-reads the timeseries.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -64,6 +64,7 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
+from basin import diskcache
 from basin.errors import BasinInputError
 from basin.experiments.pool import run_jobs
 from basin.experiments.ramp import LoadRamp
@@ -192,38 +193,37 @@ def code_digest() -> str:
     import basin
 
     root = Path(basin.__file__).resolve().parent
-    files = sorted((root / "sim").glob("*.py")) + [root / rel for rel in _RUN_SOURCES]
-    files += sorted((root / "workload" / "presets_data").glob("*.yaml"))
-    h = hashlib.sha256(f"format {CACHE_FORMAT}".encode())
-    for f in files:
-        if f.is_file():
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()
+    files = list((root / "sim").glob("*.py")) + [root / rel for rel in _RUN_SOURCES]
+    files += (root / "workload" / "presets_data").glob("*.yaml")
+    return diskcache.source_digest(files)
 
 
 def run_key(scenario: Scenario) -> str:
     """Cache key of a run: every field of the scenario, the deployment and
-    hardware profiles it reads (their values, so comments do not count), and
-    :func:`code_digest`."""
+    hardware profiles it reads (their values, so comments do not count), the
+    cache format and :func:`code_digest`."""
     from basin.catalog import load_deployment, load_hardware
 
     dep = load_deployment(scenario.deployment)
     parts = [scenario.model_dump(mode="json"), dep.model_dump(mode="json"),
              load_hardware(dep.hardware).model_dump(mode="json")]
-    text = json.dumps(parts, sort_keys=True)
-    return hashlib.sha256((text + code_digest()).encode()).hexdigest()[:32]
+    return diskcache.make_key("classify-run", CACHE_FORMAT, json.dumps(parts, sort_keys=True), code_digest())
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("BASIN_CACHE_DIR")
-    base = Path(env) if env else Path.home() / ".cache" / "basin-serve"
-    return base / "classify"
+    """The project's disk cache, ``classify`` folder (:func:`basin.diskcache.cache_dir`)."""
+    return diskcache.cache_dir("classify")
 
 
 @dataclass(frozen=True)
 class RunCache:
-    """Finished ramp timeseries on disk, one ``.npz`` per run key."""
+    """Finished ramp timeseries on disk, one ``.npz`` per run key.
+
+    Kept as ``.npz`` rather than :func:`basin.diskcache.cached`'s pickles: a
+    grid takes hours, its runs are read back one by one (``--ramp-plots``) and
+    arrays load without unpickling code. Writes are atomic like the disk
+    cache's, and an unwritable folder costs a warning, never the run.
+    """
 
     directory: Path
 
@@ -237,15 +237,18 @@ class RunCache:
         try:
             with np.load(p) as data:
                 return {k: data[k] for k in data.files}
-        except (OSError, ValueError):
+        except (OSError, ValueError, EOFError):
             return None  # a torn write from an interrupted run: simulate again
 
     def put(self, key: str, timeseries: dict[str, np.ndarray]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.directory / f".{key}.{os.getpid()}.tmp.npz"
-        # cast: the stubs would match a ``**`` mapping against ``allow_pickle: bool``
-        np.savez_compressed(tmp, **cast(dict[str, Any], timeseries))
-        os.replace(tmp, self.path(key))
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            # cast: the stubs would match a ``**`` mapping against ``allow_pickle: bool``
+            np.savez_compressed(tmp, **cast(dict[str, Any], timeseries))
+            os.replace(tmp, self.path(key))
+        except OSError as exc:
+            warnings.warn(f"could not keep a classify run in {self.directory}: {exc}", stacklevel=2)
 
 
 def simulate_columns(scenario: Scenario) -> dict[str, np.ndarray]:

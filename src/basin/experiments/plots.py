@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from basin.catalog.cliff_profiles import CliffProfile
+    from basin.experiments.scenario import InterventionSpec
+
+#: The cliff plot's x axis: the recorded ``cache_capacity_tokens`` is the
+#: device (GPU) prefix cache summed over prefill instances, host tier excluded.
+CLIFF_X_LABEL = "working set / GPU prefix cache (all prefill instances, no host tier)"
 
 #: Panels of :func:`plot_run_timeseries`, top to bottom.
 TIMESERIES_PANELS: tuple[str, ...] = ("active", "hit_rate", "ttft", "uncached", "decode_kv")
@@ -44,8 +49,38 @@ def _shade(ax: Axes, windows: Sequence[tuple[float, float]], *, label: bool) -> 
         ax.axvspan(start, end, color="0.85", zorder=0, label="surge" if label and i == 0 else None)
 
 
+def _system_style(i: int) -> dict[str, str]:
+    """Colour per system (tab10), then a new line style per ten: colour alone
+    tells the runs apart up to ten, and no two runs ever share a look."""
+    return {"color": f"C{i % 10}", "ls": ("-", "--", ":", "-.")[i // 10 % 4]}
+
+
+def intervention_marks(interventions: Sequence[InterventionSpec]) -> list[tuple[float, str]]:
+    """``(minute, label)`` of each scenario intervention, for ``plot_run_timeseries``."""
+    marks = []
+    for iv in interventions:
+        if iv.switch_policy is not None:
+            what = f"switch to {iv.switch_policy}"
+        elif iv.terminate_tag is not None:
+            what = f"terminate {iv.terminate_tag}"
+        else:
+            what = f"rate {iv.set_rate_per_min:g}/min"
+        marks.append((float(iv.at_min), what))
+    return marks
+
+
+def _mark(axes: Sequence[Axes], marks: Sequence[tuple[float, str]]) -> None:
+    """A labelled vertical line per intervention: label on the top panel, line on all."""
+    for at, what in marks:
+        for ax in axes:
+            ax.axvline(at, color="0.2", ls="-.", lw=1.0, zorder=1)
+        axes[0].annotate(what, xy=(at, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -2),
+                         textcoords="offset points", rotation=90, ha="left", va="top", fontsize="small")
+
+
 def plot_run_timeseries(timeseries_by_system: Mapping[str, Table], out_png: str | os.PathLike[str], *,
-                        shade_windows: Sequence[tuple[float, float]] = (), title: str | None = None) -> Figure:
+                        shade_windows: Sequence[tuple[float, float]] = (),
+                        interventions: Sequence[tuple[float, str]] = (), title: str | None = None) -> Figure:
     """One PNG of five stacked per-minute panels for one or more runs of the same scenario.
 
     Panels: active sessions (split by tag for a single run, the total per run
@@ -54,19 +89,25 @@ def plot_run_timeseries(timeseries_by_system: Mapping[str, Table], out_png: str 
     memory reserved for requests still awaiting prefill or transfer (SGLang
     reserves before prefill, so a prefill backlog shows up here as idle
     reservations). ``shade_windows`` are ``(start_min, end_min)`` spans, the
-    surge, shaded on every panel. Returns the figure (already saved).
+    surge, shaded on every panel; ``interventions`` are ``(minute, label)``
+    marks (:func:`intervention_marks`), a labelled line on every panel.
+    Several runs get one colour each and one legend outside the panels, so
+    eight overlaid systems stay legible. Returns the figure (already saved).
     """
     from matplotlib.ticker import EngFormatter
 
     if not timeseries_by_system:
         raise ValueError("plot_run_timeseries needs at least one run")
     single = len(timeseries_by_system) == 1
-    fig = _new_figure(10.0, 13.0)
+    from matplotlib.lines import Line2D
+
+    fig = _new_figure(10.0 if single else 12.0, 13.0)
     axes = fig.subplots(len(TIMESERIES_PANELS), 1, sharex=True)
     ax_active, ax_hit, ax_ttft, ax_uncached, ax_kv = axes
-    colors = [f"C{i % 10}" for i in range(len(timeseries_by_system))]
 
-    for (system, ts), color in zip(timeseries_by_system.items(), colors, strict=True):
+    for i, (system, ts) in enumerate(timeseries_by_system.items()):
+        style = _system_style(i)
+        color = style["color"]
         # Row m holds the minute [m, m+1): draw it at the minute's middle.
         minute = floats(ts, "minute") + 0.5
         if single:
@@ -75,15 +116,15 @@ def plot_run_timeseries(timeseries_by_system: Mapping[str, Table], out_png: str 
                 ax_active.plot(minute, floats(ts, col), color=f"C{i % 10}", lw=1.2,
                                label=col.removeprefix(ACTIVE_TAG_PREFIX))
         else:
-            ax_active.plot(minute, floats(ts, "active_sessions"), color=color, lw=1.2, label=system)
+            ax_active.plot(minute, floats(ts, "active_sessions"), lw=1.2, label=system, **style)
 
-        ax_hit.plot(minute, hit_rate_per_minute(ts), color=color, lw=1.2, label=system)
+        ax_hit.plot(minute, hit_rate_per_minute(ts), lw=1.2, label=system, **style)
 
         ttft = floats(ts, "ttft_p50_s")
-        ax_ttft.plot(minute, np.where(ttft > 0, ttft, np.nan), color=color, lw=1.2, label=system)
+        ax_ttft.plot(minute, np.where(ttft > 0, ttft, np.nan), lw=1.2, label=system, **style)
 
-        ax_uncached.plot(minute, floats(ts, "uncached_tokens") / SECONDS_PER_MINUTE, color=color, lw=1.2,
-                         label=system)
+        ax_uncached.plot(minute, floats(ts, "uncached_tokens") / SECONDS_PER_MINUTE, lw=1.2, label=system,
+                         **style)
 
         capacity = floats(ts, "decode_kv_capacity_tokens")
         decoding = np.full(capacity.shape, np.nan)
@@ -94,12 +135,14 @@ def plot_run_timeseries(timeseries_by_system: Mapping[str, Table], out_png: str 
             ax_kv.stackplot(minute, np.nan_to_num(decoding), np.nan_to_num(idle), colors=["C0", "C1"],
                             alpha=0.8, labels=["decoding", "reserved, awaiting prefill/transfer"])
         else:
-            ax_kv.plot(minute, decoding, color=color, lw=1.2, ls="-", label=f"{system}: decoding")
-            ax_kv.plot(minute, idle, color=color, lw=1.2, ls="--", label=f"{system}: reserved idle")
+            # Colour names the system; here thickness names the quantity.
+            ax_kv.plot(minute, decoding, color=color, lw=1.6, label=f"{system}: decoding")
+            ax_kv.plot(minute, idle, color=color, lw=0.8, alpha=0.6, label=f"{system}: reserved idle")
 
     for i, ax in enumerate(axes):
         _shade(ax, shade_windows, label=i == 0)
         ax.grid(True, alpha=0.3)
+    _mark(axes, interventions)
     ax_active.set_ylabel("active sessions")
     ax_hit.set_ylabel("prefix hit rate")
     ax_hit.set_ylim(0.0, 1.02)
@@ -110,8 +153,14 @@ def plot_run_timeseries(timeseries_by_system: Mapping[str, Table], out_png: str 
     ax_kv.set_ylabel("decode KV\n(fraction of capacity)")
     ax_kv.set_ylim(0.0, 1.02)
     ax_kv.set_xlabel("time (min)")
-    ax_active.legend(loc="upper left", fontsize="small", ncols=2)
-    ax_kv.legend(loc="upper left", fontsize="small", ncols=2)
+    if single:
+        ax_active.legend(loc="upper left", fontsize="small", ncols=2)
+        ax_kv.legend(loc="upper left", fontsize="small", ncols=2)
+    else:
+        handles, labels = ax_active.get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside right upper", fontsize="small", title="system")
+        ax_kv.legend([Line2D([], [], color="0.3", lw=1.6), Line2D([], [], color="0.3", lw=0.8, alpha=0.6)],
+                     ["decoding", "reserved, awaiting prefill/transfer"], loc="upper left", fontsize="small")
     if title:
         fig.suptitle(title)
     _save(fig, out_png)
@@ -125,7 +174,9 @@ def plot_cliff(points_by_run: Mapping[str, CliffPoints | Table], out_png: str | 
     Each value of ``points_by_run`` is either precomputed :class:`CliffPoints`
     or a run's timeseries, from which ``window_min``-minute points are taken.
     A black line gives the median hit rate in 0.1-wide bins of the pooled
-    points, and a dashed line marks a working set equal to the cache.
+    points, and a dashed line marks a working set equal to the cache. The
+    cache is the timeseries' ``cache_capacity_tokens``: the GPU prefix cache of
+    all prefill instances, without the host tier (:data:`CLIFF_X_LABEL`).
     Returns the figure (already saved).
     """
     fig = _new_figure(7.0, 5.0)
@@ -134,19 +185,25 @@ def plot_cliff(points_by_run: Mapping[str, CliffPoints | Table], out_png: str | 
     for i, (run, value) in enumerate(points_by_run.items()):
         pts = value if isinstance(value, CliffPoints) else cache_cliff_points(value, window_min=window_min)
         pooled.append(pts)
-        ax.scatter(pts.working_set_ratio, pts.hit_rate, s=14, alpha=0.6, color=f"C{i % 10}", label=run)
+        style = _system_style(i)
+        marker = ("o", "s", "^", "D")[i // 10 % 4]
+        ax.scatter(pts.working_set_ratio, pts.hit_rate, s=14, alpha=0.6, c=style["color"], marker=marker,
+                   label=run)
     if pooled:
         all_points = CliffPoints(*(np.concatenate([getattr(p, f) for p in pooled])
                                    for f in ("start_min", "working_set_ratio", "hit_rate")))
         centres, medians = cliff_median_curve(all_points)
         ax.plot(centres, medians, color="k", lw=2.0, label="binned median")
     ax.axvline(1.0, color="0.3", ls="--", lw=1.2, label="working set = cache")
-    ax.set_xlabel("working set / prefix-cache capacity")
+    ax.set_xlabel(CLIFF_X_LABEL)
     ax.set_ylabel(f"prefix hit rate ({window_min}-min windows)")
     ax.set_ylim(0.0, 1.02)
     ax.set_xlim(left=0.0)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower left", fontsize="small")
+    if len(points_by_run) > 3:  # many runs: the legend beside the axes, not over the points
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small")
+    else:
+        ax.legend(loc="lower left", fontsize="small")
     if title:
         ax.set_title(title)
     _save(fig, out_png)

@@ -89,65 +89,55 @@ def nan_percentile(values: np.ndarray, q: float) -> float:
     """Percentile ``q`` (0-100) of the finite entries; NaN when there are none.
 
     Metrics of an empty group are "not measured", not zero: a window without a
-    first token has no median TTFT, and returning 0 would call it fast.
+    first token has no median TTFT, and returning 0 would call it fast. Infinite
+    entries count as missing too (numpy's ``nanpercentile`` would keep them).
     """
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
-        return float("nan")
-    return float(np.percentile(finite, q))
+    finite = np.where(np.isfinite(values), values, np.nan)
+    if not np.any(np.isfinite(finite)):
+        return float("nan")  # nanpercentile would warn about an all-NaN slice
+    return float(np.nanpercentile(finite, q))
 
 
-def bin_index(times: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Index ``i`` of the half-open bin ``[edges[i], edges[i+1])`` holding each time; -1 outside.
+def _binned(times: np.ndarray, values: np.ndarray, edges: np.ndarray, statistic: str) -> np.ndarray:
+    """scipy's ``binned_statistic`` of ``values`` by ``times``, with every bin half-open.
 
-    Every binned metric goes through this one rule, so an event exactly on an
-    edge always belongs to the later bin, and NaN ("did not happen") to none.
+    Every binned metric goes through this one rule: an event exactly on an
+    edge belongs to the later bin (scipy closes its last bin, so times on or
+    past the last edge are dropped first), NaN ("did not happen") to none.
+    scipy is imported here, not by the run's start path.
     """
     edges = np.asarray(edges, dtype=np.float64)
     times = np.asarray(times, dtype=np.float64)
-    idx = np.searchsorted(edges, times, side="right") - 1
-    outside = (idx >= edges.size - 1) | ~np.isfinite(times)
-    idx[outside] = -1
-    return idx
+    values = np.asarray(values, dtype=np.float64)
+    n_bins = max(edges.size - 1, 0)
+    keep = np.isfinite(times) & (times < edges[-1]) if n_bins else np.zeros(times.shape, dtype=bool)
+    if statistic == "median":
+        keep &= np.isfinite(values)
+    if not keep.any():  # binned_statistic cannot take an empty sample
+        return np.full(n_bins, np.nan if statistic == "median" else 0.0)
+    from scipy.stats import binned_statistic
+
+    return np.asarray(binned_statistic(times[keep], values[keep], statistic, bins=edges).statistic)
 
 
 def bin_counts(times: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """How many ``times`` fall in each bin ``[edges[i], edges[i+1])``."""
-    n_bins = max(np.asarray(edges).size - 1, 0)
-    idx = bin_index(times, edges)
-    return np.bincount(idx[idx >= 0], minlength=n_bins)[:n_bins]
+    return _binned(times, times, edges, "count").astype(np.int64)
 
 
 def binned_sum(times: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Sum of ``values`` whose ``times`` fall in each bin ``[edges[i], edges[i+1])``."""
-    n_bins = max(np.asarray(edges).size - 1, 0)
-    idx = bin_index(times, edges)
-    inside = idx >= 0
-    return np.bincount(idx[inside], np.asarray(values, dtype=np.float64)[inside], minlength=n_bins)[:n_bins]
+    return _binned(times, values, edges, "sum")
 
 
 def binned_median(times: np.ndarray, values: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Median of ``values`` whose ``times`` fall in each bin ``[edges[i], edges[i+1])``.
 
     Returns ``(medians, counts)`` per bin; the median is NaN for an empty bin
-    and entries with a non-finite value are ignored. One sort groups all bins,
-    so a 60K-call run costs O(n log n) whatever the bin count.
+    and entries with a non-finite value are ignored (and not counted).
     """
-    n_bins = max(np.asarray(edges).size - 1, 0)
-    values = np.asarray(values, dtype=np.float64)
-    idx = bin_index(times, edges)
-    keep = (idx >= 0) & np.isfinite(values)
-    idx, vals = idx[keep], values[keep]
-    order = np.lexsort((vals, idx))
-    idx, vals = idx[order], vals[order]
-    counts = np.bincount(idx, minlength=n_bins)[:n_bins]
-    starts = np.cumsum(counts) - counts
-    medians = np.full(n_bins, np.nan)
-    has = counts > 0
-    lo = starts[has] + (counts[has] - 1) // 2
-    hi = starts[has] + counts[has] // 2
-    medians[has] = 0.5 * (vals[lo] + vals[hi])
-    return medians, counts
+    finite = np.isfinite(np.asarray(values, dtype=np.float64))
+    return _binned(times, values, edges, "median"), bin_counts(np.where(finite, times, np.nan), edges)
 
 
 def ratio(numerator: float, denominator: float) -> float:

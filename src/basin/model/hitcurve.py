@@ -15,7 +15,7 @@ prefix-cache capacity. Two sources:
 Both are non-increasing in ``x``: the model's equilibria are found by sign
 changes of ``D(N) - lambda``, and a curve that rose again with more demand
 would only create spurious crossings out of measurement noise. Tables are made
-monotone when built (pool-adjacent-violators), never silently at evaluation.
+monotone when built (isotonic regression), never silently at evaluation.
 """
 
 from __future__ import annotations
@@ -112,17 +112,17 @@ class PaperHitCurve:
         return self.floor_rate
 
 
-def _pool_adjacent_violators(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Least-squares non-increasing fit of ``values`` (weighted), in order."""
-    blocks: list[list[float]] = []  # [mean, weight, count]
-    for v, w in zip(values, weights):
-        blocks.append([float(v), float(w), 1])
-        while len(blocks) > 1 and blocks[-2][0] < blocks[-1][0]:
-            m2, w2, n2 = blocks.pop()
-            m1, w1, n1 = blocks.pop()
-            w = w1 + w2
-            blocks.append([(m1 * w1 + m2 * w2) / w, w, n1 + n2])
-    return np.concatenate([np.full(n, m) for m, _, n in blocks])
+def _non_increasing(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Least-squares non-increasing fit of ``values`` (weighted), in order.
+
+    scikit-learn's isotonic regression (pool-adjacent-violators), imported
+    here: the model's commands must not pay for scikit-learn at import time.
+    """
+    from sklearn.isotonic import IsotonicRegression
+
+    order = np.arange(values.size, dtype=float)
+    fit = IsotonicRegression(increasing=False).fit_transform(order, values, sample_weight=weights)
+    return np.asarray(fit, dtype=float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +224,7 @@ def fit_table(ratios: Sequence[float] | np.ndarray, hit_rates: Sequence[float] |
     Points are binned by ratio; each bin with at least ``min_points`` points
     gives its median hit rate at the bin's median ratio (robust to the few
     windows caught mid-transition). The bin medians are then made
-    non-increasing by weighted pool-adjacent-violators (weights: points per
+    non-increasing by weighted isotonic regression (weights: points per
     bin), the least-squares monotone fit.
     """
     x = np.asarray(ratios, dtype=float)
@@ -247,7 +247,7 @@ def fit_table(ratios: Sequence[float] | np.ndarray, hit_rates: Sequence[float] |
         raise BasinInputError(
             f"fit_table: only {len(xs)} bin(s) with at least {min_points} points; measure a wider range "
             "of working sets or lower min_points")
-    fitted = np.clip(_pool_adjacent_violators(np.array(hs), np.array(ws)), 0.0, 1.0)
+    fitted = np.clip(_non_increasing(np.array(hs), np.array(ws)), 0.0, 1.0)
     xs_arr = np.round(np.array(xs), 4)
     fitted = np.round(fitted, 4)
     # Inside a run of equal hit rates only its ends carry information (the
