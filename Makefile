@@ -41,7 +41,7 @@ run: $(STAMP)
 	$(VENV)/bin/basin run surge-1p3d --system hicache --system basin
 
 test: $(STAMP) $(ENGINE_STAMP) $(ACCEL_STAMP) lint
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -m "not realtime"
 
 # Style and types: ruff and mypy, clean (part of `make test`, so CI runs them).
 lint: $(STAMP)

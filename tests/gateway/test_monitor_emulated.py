@@ -62,6 +62,7 @@ async def _run() -> list[tuple[float, int, object]]:
 
 
 @pytest.mark.scenario
+@pytest.mark.realtime
 def test_the_monitor_agrees_with_the_model_and_warns_before_the_trap():
     samples = asyncio.run(_run())
     surge = samples.pop()[2]
