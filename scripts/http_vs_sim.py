@@ -121,15 +121,16 @@ def run_sim(seed: int, duration_min: float, out: Path) -> dict[str, dict]:
 def load(d: Path) -> dict:
     s = json.loads((d / "summary.json").read_text())
     ts = pq.read_table(d / "timeseries.parquet").to_pydict()
-    hit = [((c + l) / p) if p else None
-           for p, c, l in zip(ts["prompt_tokens"], ts["cached_tokens"], ts["loaded_tokens"])]
+    hit = [((cached + loaded) / prompt) if prompt else None
+           for prompt, cached, loaded in zip(ts["prompt_tokens"], ts["cached_tokens"], ts["loaded_tokens"])]
     keep = ("goodput_per_h", "n_measured", "n_completed", "n_good", "n_shed", "state", "state_reason",
             "hit_rate_pre", "hit_rate_final", "ttft_p50_final_s", "active_sessions_final", "slowdown_p50")
     out = {k: s.get(k) for k in keep}
     out["series"] = {"minute": ts["minute"], "active_sessions": ts["active_sessions"], "hit_rate": hit}
     if (d / "replay.json").exists():
         r = json.loads((d / "replay.json").read_text())
-        out["replay"] = {k: r.get(k) for k in ("complete", "interrupted", "lasted_s", "calls", "errors", "notes") if k in r}
+        fields = ("complete", "interrupted", "lasted_s", "calls", "errors", "notes")
+        out["replay"] = {k: r.get(k) for k in fields if k in r}
     return out
 
 
