@@ -608,19 +608,6 @@ class RadixCache:
         del parent.children[(node.chunk, node.start)]
         if node.on_device:
             parent.device_child_count -= 1
-        if not node.children:
-            # A leaf (the usual case): no walk.
-            if node.on_host:
-                self.host_used -= node.length
-                node.on_host = False
-            if node.on_device:
-                self.device_used -= node.length
-                node.on_device = False
-            if node.has_state:
-                node.has_state = False
-                self.states_used -= 1
-            node.parent = None
-            return
         stack = [node]
         while stack:
             n = stack.pop()
