@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from basin.catalog import Deployment, HardwareProfile, load_deployment, load_hardware, with_host_ratio
 from basin.emulate.calls import DEFAULT_MAX_TOKENS, MetricsStyle
 from basin.errors import BasinInputError
+from basin.hostport import split_host_port
 
 
 class EmulatorConfig(BaseModel):
@@ -56,13 +57,7 @@ def emulator_config(**fields: Any) -> EmulatorConfig:
 
 def parse_listen(value: str) -> tuple[str, int]:
     """``HOST:PORT`` (or a bare ``PORT`` on 127.0.0.1), as ``--listen`` takes it."""
-    host, sep, port = value.rpartition(":")
-    if not sep:
-        host, port = "127.0.0.1", value
-    try:
-        number = int(port)
-        if not 0 <= number <= 65535:
-            raise ValueError
-    except ValueError:
-        raise BasinInputError(f"--listen {value!r}: expected HOST:PORT such as 127.0.0.1:30000") from None
-    return host.strip("[]") or "127.0.0.1", number
+    address = split_host_port(value)
+    if address is None:
+        raise BasinInputError(f"--listen {value!r}: expected HOST:PORT such as 127.0.0.1:30000")
+    return address

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from basin.errors import BasinInputError
 from basin.gateway.adapters import EngineName  # the engine registry's names
+from basin.hostport import split_host_port
 from basin.yamlfile import load_yaml, validation_message
 
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9-]{1,64}$")
@@ -201,13 +202,7 @@ def load_gateway_config(path: str | Path | None = None, **overrides: Any) -> Gat
 
 def parse_listen(value: str) -> tuple[str, int]:
     """``HOST:PORT`` (or ``PORT``) as given to ``--listen``."""
-    host, sep, port = value.rpartition(":")
-    if not sep:
-        host, port = "127.0.0.1", value
-    try:
-        number = int(port)
-        if not 0 <= number <= 65535:
-            raise ValueError
-    except ValueError:
-        raise BasinInputError(f"field 'listen': expected HOST:PORT such as 127.0.0.1:8400, got {value!r}") from None
-    return host.strip("[]") or "127.0.0.1", number
+    address = split_host_port(value)
+    if address is None:
+        raise BasinInputError(f"field 'listen': expected HOST:PORT such as 127.0.0.1:8400, got {value!r}")
+    return address
