@@ -201,11 +201,9 @@ def test_a_reservation_that_fits_later_waits_without_error():
     assert bench.finished == [big, late]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug, left alone to keep results identical: a retracted request's finish (and cross) "
-    "heap entries stay behind; when it rejoins before its old finish step the stale entry ends "
-    "it early (it decodes fewer steps than its output needs)"))
 def test_a_retracted_request_decodes_all_its_steps_after_rejoining():
+    """STAY: the finish entry of b's first stay (step 1000) must not end its
+    second stay, which joins at step 599 with 500 of 999 steps done."""
     bench = Bench()
     a, b = request(1, 500, output=600), request(2, 500, output=1000)
     ran_after_join = {}
@@ -217,7 +215,22 @@ def test_a_retracted_request_decodes_all_its_steps_after_rejoining():
 
     bench.dec.on_finished = on_finished
     bench.submit(a, b)
+    while not (b.retractions and b in bench.dec.batch):
+        bench.loop.run(bench.loop.now + 0.05)
+        bench.dec.check()
+    assert b.join_step == 599
     bench.loop.run(1e6)
     # b is retracted at step 500 and rejoins when a finishes (step 599).
     assert b.retractions == 1 and b.generated == 500
     assert b.generated + ran_after_join[b.seq] == b.decode_steps
+    bench.dec.check()
+
+
+def test_the_stay_check_catches_a_missing_finish_entry():
+    bench, a, b = _two_growing()
+    bench.submit(a, b)
+    bench.dec.check()
+    bench.dec.finish_heap.pop()
+    with pytest.raises(InvariantViolation, match="STAY"):
+        bench.dec.check()
+

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from basin.sim.cache import RadixCache
 from basin.sim.events import EventLoop
 from basin.sim.invariants import RequestNeverFits
+from basin.sim.prefill import PrefillInstance
 
-from .helpers import prefill, request
+from .helpers import HW, prefill, request
 
 
 def _cached(cache, key) -> None:
@@ -84,4 +86,63 @@ def test_queued_requests_hold_one_lock_each_until_they_give_way():
             if r.match is not None:
                 inst.release(r, loop.now)
     assert finished == reqs
+    inst.cache.check(lock_handles=0)
+
+
+def _host_prefill(loop, done, device=2048, host=8192):
+    """An instance whose prefix ("p", 1024) sits on the host tier only."""
+    inst = PrefillInstance(0, HW.prefill, RadixCache(device, host_tokens=host, page_tokens=64), loop, done.append)
+    _cached(inst.cache, [("p", 1024)])
+    _cached(inst.cache, [("q", device)])  # pushes p off the device
+    m = inst.cache.match([("p", 1024)], 0.0)
+    assert (m.device_tokens, m.host_tokens) == (0, 1024)
+    return inst
+
+
+def test_a_retry_after_a_failed_allocation_loads_its_host_hit_once():
+    """The first attempt cannot get the pool (a pin holds part of it). It used
+    to load the host part back anyway, and the retry then computed those
+    tokens again beside the loaded copy: 1024 locked + 2048 in a 2048-token
+    pool, refused as never fitting. Nothing loads before the allocation now."""
+    loop, done = EventLoop(), []
+    inst = _host_prefill(loop, done)
+    _cached(inst.cache, [("x", 512)])
+    pin = inst.cache.match([("x", 512)], 0.0)
+    inst.cache.lock(pin)
+    req = request(1, 2048, key=[("p", 1024), ("new", 1024)])
+    inst.enqueue(req)
+    loop.run(1.0)
+    assert not done and inst.blocked_tokens == 2048
+    assert inst.cache.stats.loaded_tokens == 0
+    inst.cache.unlock(pin)
+    inst.kick()
+    loop.run(20.0)
+    assert done == [req]
+    assert (req.cached, req.loaded, req.uncached) == (0, 1024, 1024)
+    assert inst.cache.stats.loaded_tokens == 1024
+    inst.release(req, loop.now)
+    inst.cache.check(lock_handles=0)
+
+
+def test_a_host_hit_loaded_by_another_request_since_the_match_is_a_device_hit():
+    """Both requests matched p on the host tier when queued; the first loads
+    it back, so the second's match is stale when it starts: it is taken again
+    (p is on the device now) instead of recomputing p."""
+    loop, done = EventLoop(), []
+    inst = _host_prefill(loop, done, device=8192, host=16384)
+    a = request(1, 1536, key=[("p", 1024), ("a", 512)])
+    b = request(2, 1536, key=[("p", 1024), ("b", 512)])
+    inst.busy = True  # queue both before either starts
+    inst.enqueue(a)
+    inst.enqueue(b)
+    assert a.match is not None and b.match is not None and b.match.host_tokens == 1024
+    inst.busy = False
+    inst.kick()
+    loop.run(20.0)
+    assert done == [a, b]
+    assert (a.cached, a.loaded, a.uncached) == (0, 1024, 512)
+    assert (b.cached, b.loaded, b.uncached) == (1024, 0, 512)
+    assert inst.cache.stats.loaded_tokens == 1024
+    for r in (a, b):
+        inst.release(r, loop.now)
     inst.cache.check(lock_handles=0)

@@ -16,6 +16,13 @@ Time: while the batch is unchanged, step ``i`` of an epoch costs
 ``m a + k m (m - 1) / 2``. Events happen only at completions, joins (at the
 next step boundary), reservation crossings and memory exhaustion; ITL-SLO
 violations within an epoch are counted in closed form as well.
+
+Stays (STAY): a retracted request may rejoin later, so its finish and
+crossing entries from an earlier stay can still be in the heaps. Each entry
+carries the stay it was made for, the request's retraction count at the join
+(a stay ends in a finish or a retraction, which bumps the count), and an
+entry counts only while its request is in the batch in that same stay; stale
+entries are dropped when they reach the top of their heap.
 """
 
 from __future__ import annotations
@@ -59,8 +66,10 @@ class DecodeInstance:
         self.epoch_t = 0.0
         self.step = 0
         self.cum_viol = 0
-        self.finish_heap: list[tuple[int, int, Request]] = []
-        self.cross_heap: list[tuple[int, int, Request]] = []
+        #: (step, seq, stay, request): a request's finish step and the step it
+        #: outgrows its reservation, for the stay given (see STAY above).
+        self.finish_heap: list[tuple[int, int, int, Request]] = []
+        self.cross_heap: list[tuple[int, int, int, Request]] = []
         self.n_growing = 0
         self.pending: list[Request] = []
         self.gen = 0
@@ -185,9 +194,19 @@ class DecodeInstance:
         self.batch.add(req)
         self.ctx_sum += req.prompt + 1 + req.generated
         left = req.decode_steps - req.generated
-        heapq.heappush(self.finish_heap, (self.step + left, req.seq, req))
+        stay = req.retractions
+        heapq.heappush(self.finish_heap, (self.step + left, req.seq, stay, req))
         if left > self.reserve_out:
-            heapq.heappush(self.cross_heap, (self.step + self.reserve_out, req.seq, req))
+            heapq.heappush(self.cross_heap, (self.step + self.reserve_out, req.seq, stay, req))
+
+    def _live(self, req: Request, stay: int) -> bool:
+        """Whether a heap entry made for ``stay`` still belongs to ``req``'s
+        current stay in the batch (STAY)."""
+        return req.retractions == stay and req in self.batch
+
+    def _drop_stale(self, heap: list[tuple[int, int, int, Request]]) -> None:
+        while heap and not self._live(heap[0][3], heap[0][2]):
+            heapq.heappop(heap)
 
     def _set_wake(self, steps: int) -> None:
         a, k = self._coeffs()
@@ -197,6 +216,9 @@ class DecodeInstance:
         self.loop.at(self.wake_t, ENGINE, self._on_wake, self.gen)
 
     def _schedule(self) -> None:
+        # Stale heads would wake the batch (or stop a borrowed chunk) early.
+        self._drop_stale(self.finish_heap)
+        self._drop_stale(self.cross_heap)
         if self.borrower is not None and self.borrower.plan_step():
             return  # one mixed step with a borrowed prefill chunk
         if not self.batch:
@@ -231,14 +253,14 @@ class DecodeInstance:
         finished: list[Request] = []
         heap = self.finish_heap
         while heap and heap[0][0] <= self.step:
-            _, _, req = heapq.heappop(heap)
-            if req in self.batch:
+            _, _, stay, req = heapq.heappop(heap)
+            if self._live(req, stay):
                 finished.append(req)
                 self._remove(req)
         cross = self.cross_heap
         while cross and cross[0][0] <= self.step:
-            _, _, req = heapq.heappop(cross)
-            if req in self.batch and not req.growing:
+            _, _, stay, req = heapq.heappop(cross)
+            if self._live(req, stay) and not req.growing:
                 req.growing = True
                 self.n_growing += 1
         if self.n_growing and self.free_tokens < self.n_growing:
@@ -300,7 +322,8 @@ class DecodeInstance:
         ``reserve_output_tokens``), within capacity; the batch's context and
         growing counts match its members. ``reserved_idle``: the idle
         reservations the caller knows of (requests reserved here and not yet
-        joined), checked when given."""
+        joined), checked when given. STAY: each batch member has exactly one
+        live finish entry, at the step its remaining output ends."""
         require(self.reserved_idle >= 0, "RESERVE-BALANCE", f"negative idle reservations {self.reserved_idle}")
         held = self.reserved_idle
         for req in self.pending:
@@ -315,6 +338,15 @@ class DecodeInstance:
         require(0 <= self.used <= self.capacity, "CAP-DECODE", f"{self.used} used of {self.capacity}")
         require(ctx == self.ctx_sum, "BATCH", f"context sum {self.ctx_sum} != {ctx}")
         require(growing == self.n_growing, "BATCH", f"{self.n_growing} growing counted, {growing} flagged")
+        ends: dict[Request, int] = {}
+        for end, _, stay, req in self.finish_heap:
+            if self._live(req, stay):
+                require(req not in ends, "STAY", f"session {req.session.uid}: two live finish entries")
+                ends[req] = end
+        for req in self.batch:
+            end = req.join_step + req.decode_steps - req.generated
+            require(ends.get(req) == end and end >= self.step, "STAY",
+                    f"session {req.session.uid}: finish entry {ends.get(req)}, expected {end} (step {self.step})")
         if reserved_idle is not None:
             require(reserved_idle == self.reserved_idle, "RESERVE-BALANCE",
                     f"{self.reserved_idle} idle reservations counted, {reserved_idle} held by requests")

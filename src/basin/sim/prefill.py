@@ -21,9 +21,9 @@ from collections.abc import Callable
 from typing import Protocol
 
 from basin.catalog import PrefillProfile
-from basin.sim.cache import RadixCache
+from basin.sim.cache import MatchResult, RadixCache
 from basin.sim.events import ENGINE, EventLoop
-from basin.sim.invariants import RequestNeverFits
+from basin.sim.invariants import InvariantViolation, RequestNeverFits
 from basin.sim.sessions import Request, queue_key
 
 
@@ -106,16 +106,31 @@ class PrefillInstance:
 
     # ----------------------------------------------------------------- steps
     def _begin(self, req: Request, now: float) -> bool:
+        """Start ``req`` if the pool can take it (False: it stays queued).
+
+        Its match may be older than this attempt (taken at enqueue, or kept
+        from a failed attempt): the lock keeps the matched path in the tree
+        and its device part on the device (LOCKED-KEPT), but another request
+        sharing the path may have loaded part of the host part back since.
+        Such a match is taken again. Nothing is loaded or fetched before the
+        allocation is granted (as SGLang checks its token budget before its
+        load-back), so a failed attempt leaves no trace to go stale.
+        """
         cache = self.cache
         m = req.match
         if m is None:
             m = cache.match(req.key, now, req.session.cursor, req.prompt)
             cache.lock(m)
             req.match = m
-        host = cache.load_back(m) if m.host_tokens else 0
+        elif _host_part_loaded(m):
+            fresh = cache.match(req.key, now, req.session.cursor, req.prompt)
+            cache.lock(fresh)
+            cache.unlock(m)
+            req.match = m = fresh
+        host = m.host_tokens
         cached = m.device_tokens
         fetched = 0
-        fetch_s = 0.0
+        fetches: list[tuple[LowerTier, int]] = []
         for tier in self.lower_tiers:
             # A tier outside this instance (decode-lent memory) may hold more
             # of the prompt than the local match; its extra tokens are copied
@@ -123,7 +138,7 @@ class PrefillInstance:
             covered = min(tier.covered_tokens(req.session.uid, req.prompt), req.prompt - 1)
             extra = covered - cached - host - fetched
             if extra > 0:
-                fetch_s = max(fetch_s, tier.fetch(req.session.uid, extra, now))
+                fetches.append((tier, extra))
                 fetched += extra
         uncached = req.prompt - cached - host - fetched
         if uncached <= 0:
@@ -133,9 +148,20 @@ class PrefillInstance:
                 host -= 1
             else:
                 cached -= 1
-        if not cache.allocate(uncached + fetched):
-            self.blocked_tokens = uncached + fetched
+        # One allocation covers the load-back too (all or nothing), so once
+        # it is granted the load cannot fail.
+        if not cache.allocate(m.host_tokens + uncached + fetched):
+            self.blocked_tokens = m.host_tokens + uncached + fetched
             return False
+        if m.host_tokens:
+            cache.release(m.host_tokens)
+            loaded = cache.load_back(m)
+            if loaded != m.host_tokens:
+                raise InvariantViolation(
+                    "MATCH-FRESH", f"prefill {self.index}: loaded {loaded} of a {m.host_tokens}-token host match")
+        fetch_s = 0.0
+        for tier, extra in fetches:
+            fetch_s = max(fetch_s, tier.fetch(req.session.uid, extra, now))
         req.cached = cached
         req.loaded = host + fetched
         req.uncached = uncached
@@ -248,3 +274,15 @@ class PrefillInstance:
     @property
     def backlog_tokens(self) -> int:
         return self.queued_tokens + sum(r.remaining for r in self.running)
+
+
+def _host_part_loaded(m: MatchResult) -> bool:
+    """Whether some of ``m``'s host part is on the device now. Device
+    residency along a path is a prefix of it (TREE), so the node just below
+    the match's device end tells."""
+    if not m.host_tokens:
+        return False
+    node = m.last_node
+    while node.parent is not m.device_node:
+        node = node.parent  # type: ignore[assignment]
+    return node.on_device
