@@ -10,9 +10,12 @@ loops the caller writes ``if not cond: raise InvariantViolation(...)`` inline,
 which costs nothing unless the condition fails.
 
 Names in use: ``TREE``, ``ACCOUNTING``, ``CAP-DEVICE``, ``CAP-HOST``,
-``INFLIGHT``, ``STATE-SLOTS`` and ``LOCK-BALANCE`` (the prefix cache,
-:mod:`basin.sim.cache`); ``RESERVE-BALANCE``, ``CAP-DECODE`` and ``BATCH``
-(decode memory, :mod:`basin.sim.decode`); ``LEASE`` (prefill borrowing);
+``INFLIGHT``, ``STATE-SLOTS``, ``DEVICE-CHILDREN``, ``LOCKED-KEPT`` and
+``LOCK-BALANCE`` (the prefix cache, :mod:`basin.sim.cache`); ``MATCH-FRESH``
+(a prefill's load-back matches what its allocation covered,
+:mod:`basin.sim.prefill`); ``RESERVE-BALANCE``, ``CAP-DECODE``, ``BATCH`` and
+``STAY`` (a decode heap entry acts only on the stay in the batch that pushed
+it; decode memory, :mod:`basin.sim.decode`); ``LEASE`` (prefill borrowing);
 ``LIVE-PREFILL-FITS`` and ``LIVE-DECODE-FITS`` (liveness: a request larger
 than its instance, raised as :class:`RequestNeverFits`).
 """
