@@ -41,7 +41,7 @@ def test_policy_params_go_to_the_systems_that_have_them():
     sc = load_scenario("trap-1p1d", ["policy_params.margin=0.8"])
     # hicache has no margin: refused, naming the systems that do (not ignored).
     with pytest.raises(BasinInputError, match=r"policy_params.margin: no system of this run \(hicache\).*"
-                                              r"basin, basin-prior, crossflow"):
+                                              r"basin, basin-paper, basin-prior, crossflow"):
         params_for(sc, ["hicache"])
     split = params_for(sc, ["hicache", "basin-prior"])
     assert split.given == {"hicache": {}, "basin-prior": {"margin": 0.8}}

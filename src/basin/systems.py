@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from basin.catalog import Deployment, HardwareProfile, critical_rate, load_hardware
 from basin.policy.base import Policy
-from basin.policy.basin import BasinPolicy, BasinPriorPolicy, CliffSummary, GrowthCorrection
+from basin.policy.basin import BasinPaperPolicy, BasinPolicy, BasinPriorPolicy, CliffSummary, GrowthCorrection
 from basin.policy.composition import CompositionPolicy
 from basin.policy.continuum import ContinuumPolicy, ReloadCosts
 from basin.policy.params import PolicyParamError
@@ -24,6 +24,8 @@ from basin.policy.registry import policy_class, policy_names
 #: the policy is handed, so they are not settings a driver may change later).
 BUILD_OPTIONS: dict[str, tuple[str, ...]] = {
     "basin": ("predictor", "profile"),
+    # BASIN as the paper specifies it: handed the same predictor and profile as basin.
+    "basin-paper": ("predictor", "profile"),
     "basin-prior": ("profile",),
 }
 
@@ -67,7 +69,7 @@ def build_policy(system: str, params: Mapping[str, object] | None = None,
         known = sorted(cls.Params.names()) + list(BUILD_OPTIONS.get(system, ()))
         raise PolicyParamError(system, unknown[0], f"unknown; known parameters: {', '.join(known) or '(none)'}")
     policy_params = cls.Params.from_mapping(values)
-    if cls in (BasinPolicy, BasinPriorPolicy):
+    if cls in (BasinPolicy, BasinPaperPolicy, BasinPriorPolicy):
         profile = _option_text(system, options, "profile")
         cliff = cliff_summary(context, profile)
         if cls is BasinPriorPolicy:
@@ -76,8 +78,9 @@ def build_policy(system: str, params: Mapping[str, object] | None = None,
 
         spec = _option_text(system, options, "predictor") or DEFAULT_PREDICTOR
         predictor = make_predictor(spec, context.workload)
-        return BasinPolicy(policy_params, predictor=predictor,  # type: ignore[arg-type]
-                           cliff=cliff, correction=_correction(system, policy_params, predictor, spec))
+        basin_cls = BasinPaperPolicy if cls is BasinPaperPolicy else BasinPolicy
+        return basin_cls(policy_params, predictor=predictor,  # type: ignore[arg-type]
+                         cliff=cliff, correction=_correction(system, policy_params, predictor, spec))
     if cls in (ContinuumPolicy, CompositionPolicy):
         hw = context.hardware_profile()
         costs = ReloadCosts.from_prefill(hw.prefill) if hw is not None else None

@@ -14,7 +14,7 @@ UPSTREAM = "http://127.0.0.1:9"
 
 
 def test_the_gateway_runs_the_policies_an_unmodified_engine_can_serve() -> None:
-    assert gateway_policies() == ["basin", "basin-prior", "concur", "hicache", "thunderagent"]
+    assert gateway_policies() == ["basin", "basin-paper", "basin-prior", "concur", "hicache", "thunderagent"]
 
 
 @pytest.mark.parametrize("policy, mechanism", [

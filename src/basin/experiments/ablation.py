@@ -20,6 +20,7 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
     "w/o shedding": ("basin", {"shedding": False}),
     "lending only": ("basin", {"priority": False, "admission": False, "shedding": False}),
     "prior": ("basin-prior", {}),
+    "paper algorithm": ("basin-paper", {}),
     "true peaks": ("basin", {"predictor": "oracle"}),
     "noisy peaks 0.5": ("basin", {"predictor": "noisy:0.5"}),
     "noisy peaks 1.0": ("basin", {"predictor": "noisy:1.0"}),

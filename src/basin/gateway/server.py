@@ -43,7 +43,8 @@ MONITOR_SAMPLES = 30
 
 #: Gateway defaults of policies whose full form needs the engine's help:
 #: BASIN runs without decode-memory lending, which only an engine can do.
-GATEWAY_DEFAULTS: dict[str, dict[str, object]] = {"basin": {"lending": False}, "basin-prior": {"lending": False}}
+GATEWAY_DEFAULTS: dict[str, dict[str, object]] = {
+    name: {"lending": False} for name in ("basin", "basin-paper", "basin-prior")}
 
 
 def build_policy(config: GatewayConfig) -> Policy:
@@ -51,7 +52,7 @@ def build_policy(config: GatewayConfig) -> Policy:
     engine mechanism a gateway cannot provide is refused, naming it; one that
     merely prefers such a mechanism runs without it (the start-up log says so)."""
     params: dict[str, object] = {**GATEWAY_DEFAULTS.get(config.policy, {}), **config.policy_params}
-    if config.policy == "basin":
+    if config.policy in BUILD_OPTIONS and "predictor" in BUILD_OPTIONS[config.policy]:
         params["predictor"] = config.predictor
     if config.policy in BUILD_OPTIONS and "profile" in BUILD_OPTIONS[config.policy] and config.profile:
         params["profile"] = config.profile

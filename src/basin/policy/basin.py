@@ -25,6 +25,11 @@ cool-down.
 
 ``basin-prior`` is the earlier arrival-time controller the hardware prototype
 ran: arrival-order priority and admission by current context.
+
+``basin`` carries a few additions to the paper's Algorithm 1, each an option of
+:class:`BasinParams` (:data:`PAPER_BEHAVIOUR` names them with the value that
+restores the paper's rule); ``basin-paper`` (:class:`BasinPaperPolicy`) is
+BASIN with every one of them switched to the paper's behaviour.
 """
 
 from __future__ import annotations
@@ -87,7 +92,9 @@ class GrowthCorrection:
 
 @dataclass(frozen=True, slots=True)
 class BasinParams(PolicyParams):
-    """Section 6.6's parameters and the implementation settings (section 7.9)."""
+    """Section 6.6's parameters, the implementation settings (section 7.9),
+    and our additions to Algorithm 1, each a flag whose paper value
+    :data:`PAPER_BEHAVIOUR` gives (``basin-paper`` runs with all of them)."""
 
     policy = "basin"
 
@@ -113,7 +120,8 @@ class BasinParams(PolicyParams):
     #: peaks, which sum to well above the live contexts ``B0`` is measured in,
     #: so a fixed cap can park sessions a healthy engine could serve; the cap
     #: returns at once when either sign of saturation appears (docs/basin.md).
-    #: False: the paper's fixed range. ``basin-prior`` always keeps the cap.
+    #: False: the paper's fixed range, "a bounded range around B0" (section
+    #: 6.6). ``basin-prior`` always keeps the cap.
     budget_past_cap_with_headroom: bool = True
     budget_step: float = 0.1
     plateau_drop: float = 0.05
@@ -123,11 +131,41 @@ class BasinParams(PolicyParams):
     admission: bool = True
     lending: bool = True
     shedding: bool = True
+    # additions to the paper's Algorithm 1 (PAPER_BEHAVIOUR; docs/basin.md)
     #: Beyond the paper: revise each resident's reservation after every call
     #: from its observed growth (calls and context so far) with the fitted
     #: :class:`GrowthCorrection` the policy is handed; its priority stays the
     #: one fixed at the first call. False: the paper's fixed reservation.
     online_correction: bool = False
+    #: The paper reserves the point prediction ``W_hat_i`` (section 6.4: the
+    #: sum of residents' predicted peaks against ``B``). True: when the
+    #: predictor also states an upper quantile of the peak
+    #: (``reserve_peak_tokens``, a calibrated predictor such as
+    #: ``ridge:q=0.9``), the session reserves that quantile instead, since the
+    #: point prediction covers only about half of the peaks; its priority keeps
+    #: the point prediction. A predictor without a quantile (the default
+    #: ``ridge``, ``oracle``) reserves its point prediction either way.
+    #: False: the paper's point reservation with any predictor.
+    reserve_quantile: bool = True
+    #: The paper uses the predictor's ``W_hat_i`` as it comes. True: the
+    #: prediction (and the quantile reserved) is raised to at least the first
+    #: prompt, since a session's peak context can never be below a prompt it
+    #: has already sent; this guards predictors that do not floor themselves
+    #: (``noisy:SIGMA``, ``growth:FACTOR`` with a factor below 1; ``ridge`` and
+    #: the calibrated ones floor their own answers, so there it changes
+    #: nothing). False: the prediction unchanged, for priority and reservation.
+    floor_peak_at_first_prompt: bool = True
+    #: The paper keeps one queue of parked and new sessions whose heads enter
+    #: only while they fit ``B``, and ``B`` stays finite while any session is
+    #: parked (it grows gradually after admission is released, Algorithm 1
+    #: lines 9-10). True: once admission is released (``W`` below
+    #: ``alpha_R B0`` for the cool-down) a new session that no parked one
+    #: precedes enters without the budget test; the gradual growth then paces
+    #: the parked sessions' return only, as the released condition says the
+    #: engine is clear of the cliff (our reading of the rule's intent; no
+    #: measurement of it is recorded). While admission is engaged both rules
+    #: are the same. False: the paper's budget test for every head.
+    arrivals_bypass_budget_while_draining: bool = True
 
     def check(self) -> None:
         for name in ("interval_s", "busy_interval_s", "cooldown_s", "context_smoothing_s",
@@ -142,6 +180,33 @@ class BasinParams(PolicyParams):
         self.require(self.backlog_tokens >= 0, "backlog_tokens", "must be >= 0")
         self.require(self.budget_low > 0, "budget_low", "must be > 0")
         self.require(self.budget_high >= self.budget_low, "budget_high", "must be >= budget_low")
+
+
+#: Each addition of ``basin`` to the paper's Algorithm 1 (a field of
+#: :class:`BasinParams`) and the value that restores the paper's behaviour;
+#: ``basin-paper`` runs with all of them.
+PAPER_BEHAVIOUR: dict[str, bool] = {
+    "budget_past_cap_with_headroom": False,
+    "online_correction": False,
+    "reserve_quantile": False,
+    "floor_peak_at_first_prompt": False,
+    "arrivals_bypass_budget_while_draining": False,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BasinPaperParams(BasinParams):
+    """:class:`BasinParams` with every addition to the paper's Algorithm 1
+    switched to the paper's behaviour (:data:`PAPER_BEHAVIOUR`); every
+    setting, these included, can still be changed as for ``basin``."""
+
+    policy = "basin-paper"
+
+    budget_past_cap_with_headroom: bool = False
+    online_correction: bool = False
+    reserve_quantile: bool = False
+    floor_peak_at_first_prompt: bool = False
+    arrivals_bypass_budget_while_draining: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,14 +295,19 @@ class BasinPolicy(Policy):
             info.task_text, info.first_prompt_tokens, info.session_id, info.oracle_peak_tokens))
 
     def _reserve(self, info: SessionInfo, peak: float) -> float:
-        reserve = getattr(self.predictor, "reserve_peak_tokens", None)
+        reserve = getattr(self.predictor, "reserve_peak_tokens", None) if self.params.reserve_quantile else None
         if self.prior or reserve is None:
             return peak
-        return max(float(reserve(info.task_text, info.first_prompt_tokens, info.session_id,
-                                 info.oracle_peak_tokens)), float(info.first_prompt_tokens))
+        quantile = float(reserve(info.task_text, info.first_prompt_tokens, info.session_id,
+                                 info.oracle_peak_tokens))
+        if not self.params.floor_peak_at_first_prompt:
+            return quantile
+        return max(quantile, float(info.first_prompt_tokens))
 
     def _register(self, info: SessionInfo) -> _Session:
-        peak = max(self._predict(info), float(info.first_prompt_tokens))
+        peak = self._predict(info)
+        if self.params.floor_peak_at_first_prompt:
+            peak = max(peak, float(info.first_prompt_tokens))
         prio = info.arrival_s if self.prior else info.arrival_s + peak / self.params.priority_rate_tokens_per_s
         sess = _Session(info.arrival_s, peak, prio, context=info.first_prompt_tokens,
                         reserve=self._reserve(info, peak))
@@ -264,7 +334,9 @@ class BasinPolicy(Policy):
         st = self.state
         # A waiting session of higher or equal priority keeps its place.
         ahead = self._first_waiting_prio() <= sess.prio
-        if not ahead and (not st.admit or self._fits(sess, signals)):
+        # Admission released: past the budget, unless the paper's single queue is asked for.
+        bypass = not st.admit and self.params.arrivals_bypass_budget_while_draining
+        if not ahead and (bypass or self._fits(sess, signals)):
             self._admit(sess)
             return Admission.ADMIT
         heapq.heappush(self._waiting, (sess.prio, info.uid, sess))
@@ -405,3 +477,15 @@ class BasinPriorPolicy(BasinPolicy):
 
     name = "basin-prior"
     prior = True
+
+
+class BasinPaperPolicy(BasinPolicy):
+    """BASIN as section 6 of the paper specifies it: the predictor-driven
+    controller with every addition of ``basin`` switched to the paper's
+    behaviour (:class:`BasinPaperParams`); built with the same predictor and
+    cliff profile as ``basin``."""
+
+    name = "basin-paper"
+
+    Params = BasinPaperParams
+    params: BasinPaperParams

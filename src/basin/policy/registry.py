@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from basin.errors import BasinInputError
 from basin.policy.base import Policy
-from basin.policy.basin import BasinPolicy, BasinPriorPolicy
+from basin.policy.basin import BasinPaperPolicy, BasinPolicy, BasinPriorPolicy
 from basin.policy.composition import CompositionPolicy
 from basin.policy.concur import ConcurPolicy
 from basin.policy.continuum import ContinuumPolicy
@@ -17,7 +17,7 @@ from basin.policy.thunderagent import ThunderAgentPolicy
 _CLASSES: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (HiCachePolicy, ContinuumPolicy, ThunderAgentPolicy, ConcurPolicy, CrossflowPolicy,
-                CompositionPolicy, BasinPolicy, BasinPriorPolicy)
+                CompositionPolicy, BasinPolicy, BasinPriorPolicy, BasinPaperPolicy)
 }
 
 
