@@ -55,16 +55,17 @@ def test_bad_input_is_refused_with_the_field(capsys):
 
 @pytest.mark.scenario
 def test_the_named_surge_traps_in_the_simulator_and_half_its_excess_does_not():
-    """1P1D H100 GPU-only at 3.3/min: the model names x1.94 for 10 min. Near
-    that boundary the simulator traps on some seeds (seed 1 of 0-3; +100%
-    traps seeds 0 and 1 in docs/calibration.md); half the excess recovers on
-    every seed 0-2. About 20 s."""
+    """1P1D H100 GPU-only at 3.3/min: the model names a surge of about x1.9
+    for 10 min. The simulator traps at it (seed 1; +100% traps 5 of 5 seeds in
+    docs/calibration.md), and half the excess recovers in most seeds (3 of 5:
+    the two seeds that start nearest the cliff trap even at +33%). About 20 s."""
     r = assess("1p1d-h100", rate=3.3)
     assert r.named_surge is not None
     f = r.named_surge["factor"]
     assert [s["state"] for s in simulate(r, (1,))] == ["trapped"]
     smaller = 1.0 + (f - 1.0) / 2
-    assert {s["state"] for s in simulate(r, (0, 1, 2), factor=smaller)} == {"healthy"}
+    states = [s["state"] for s in simulate(r, range(5), factor=smaller)]
+    assert states.count("healthy") >= 3
 
 
 @pytest.mark.scenario

@@ -1,5 +1,6 @@
-"""Prefill instances: locks held by queued and running requests, and
-liveness (a request that could never start is refused, one that can waits)."""
+"""Prefill instances: locks held by running (and, as an option, queued)
+requests, and liveness (a request that could never start is refused, one
+that can waits)."""
 
 from __future__ import annotations
 
@@ -89,9 +90,10 @@ def test_queued_requests_hold_one_lock_each_until_they_give_way():
     inst.cache.check(lock_handles=0)
 
 
-def _host_prefill(loop, done, device=2048, host=8192):
+def _host_prefill(loop, done, device=2048, host=8192, lock_queued: bool = False):
     """An instance whose prefix ("p", 1024) sits on the host tier only."""
-    inst = PrefillInstance(0, HW.prefill, RadixCache(device, host_tokens=host, page_tokens=64), loop, done.append)
+    profile = HW.prefill.model_copy(update={"lock_queued_prefix": lock_queued})
+    inst = PrefillInstance(0, profile, RadixCache(device, host_tokens=host, page_tokens=64), loop, done.append)
     _cached(inst.cache, [("p", 1024)])
     _cached(inst.cache, [("q", device)])  # pushes p off the device
     m = inst.cache.match([("p", 1024)], 0.0)
@@ -125,11 +127,12 @@ def test_a_retry_after_a_failed_allocation_loads_its_host_hit_once():
 
 
 def test_a_host_hit_loaded_by_another_request_since_the_match_is_a_device_hit():
-    """Both requests matched p on the host tier when queued; the first loads
-    it back, so the second's match is stale when it starts: it is taken again
-    (p is on the device now) instead of recomputing p."""
+    """Both requests matched p on the host tier when queued (queued requests
+    lock their match here); the first loads it back, so the second's match is
+    stale when it starts: it is taken again (p is on the device now) instead
+    of recomputing p."""
     loop, done = EventLoop(), []
-    inst = _host_prefill(loop, done, device=8192, host=16384)
+    inst = _host_prefill(loop, done, device=8192, host=16384, lock_queued=True)
     a = request(1, 1536, key=[("p", 1024), ("a", 512)])
     b = request(2, 1536, key=[("p", 1024), ("b", 512)])
     inst.busy = True  # queue both before either starts
@@ -145,4 +148,49 @@ def test_a_host_hit_loaded_by_another_request_since_the_match_is_a_device_hit():
     assert inst.cache.stats.loaded_tokens == 1024
     for r in (a, b):
         inst.release(r, loop.now)
+    inst.cache.check(lock_handles=0)
+
+
+def _queued_behind_a_long_prefill(lock_queued: bool):
+    """``b`` is queued behind ``a`` while ``c`` needs the pool: whether b's
+    cached prefix survives the wait depends on the queue lock."""
+    loop, done = EventLoop(), []
+    profile = HW.prefill.model_copy(update={"lock_queued_prefix": lock_queued})
+    inst = PrefillInstance(0, profile, RadixCache(4096, page_tokens=64), loop, done.append)
+    _cached(inst.cache, [("p", 2048)])
+    assert inst.cache.allocate(1024)
+    inst.cache.insert([("q", 1024)], 1.0, 1024)  # used after p: LRU takes p first
+    inst.busy = True  # hold the queue while both enqueue
+    b = request(2, 2560, key=[("p", 2048), ("b", 512)])
+    inst.enqueue(b)
+    # An older prefix-less request takes 2048 of the pool first: 1024 are free,
+    # the rest is evicted from what no lock holds.
+    a = request(1, 2048, seq=0)
+    inst.enqueue(a)
+    inst.busy = False
+    inst.kick()
+    loop.run(30.0)
+    inst.release(a, loop.now)
+    loop.run(60.0)
+    return inst, a, b, done
+
+
+def test_a_queued_request_holds_no_prefix_as_in_sglang():
+    """By default a waiting request is matched only when it starts, so the
+    pool taken by the request ahead of it evicts its cached prefix."""
+    inst, a, b, done = _queued_behind_a_long_prefill(lock_queued=False)
+    assert done == [a, b]
+    assert (b.cached, b.uncached) == (0, 2560)
+    inst.release(b, b.prefill_end_s)
+    inst.cache.check(lock_handles=0)
+
+
+def test_a_queued_request_keeps_its_prefix_when_the_queue_locks():
+    """With ``lock_queued_prefix`` the match is locked at enqueue: the request
+    ahead cannot evict it, and it starts from its cached prefix."""
+    inst, a, b, done = _queued_behind_a_long_prefill(lock_queued=True)
+    assert done == [a, b]
+    assert (b.cached, b.uncached) == (2048, 512)
+    assert inst.cache.peek([("q", 1024)]) == 0  # evicted in p's place
+    inst.release(b, b.prefill_end_s)
     inst.cache.check(lock_handles=0)

@@ -28,6 +28,12 @@ class PrefillProfile(_Frozen):
     load_tokens_per_s: float = Field(gt=0)
     load_threshold_tokens: int = Field(ge=0)
     state_slots: int | None = Field(default=None, gt=0)
+    #: Whether a request waiting in the prefill queue holds its matched prefix.
+    #: SGLang matches a waiting request when it schedules it and locks nothing
+    #: before (False); True is the older model of this simulator, kept to
+    #: compare against (docs/calibration.md, "Where a waiting request holds its
+    #: prefix").
+    lock_queued_prefix: bool = False
 
     @overload
     def tokens_cost_s(self, n_tokens: float, start_position: float) -> float: ...

@@ -116,6 +116,9 @@ class InterventionSpec(_Model):
 class EngineSpec(_Model):
     #: Force decode KV reservation at prefill completion (None: as the policy needs).
     reserve_at_prefill_completion: bool | None = None
+    #: Queued prefill requests lock their matched prefix (None: the hardware
+    #: profile's ``prefill.lock_queued_prefix``, False as SGLang does).
+    lock_queued_prefix: bool | None = None
 
 
 class Scenario(_Model):

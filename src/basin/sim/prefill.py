@@ -3,7 +3,9 @@
 Each forward step takes up to ``chunk_tokens`` of uncached work: requests
 already in progress continue first, then the queue's head (first-come or by
 the policy's session priority) is started while the budget lasts. Starting a
-request matches its prompt against the cache, locks the match, loads back
+request matches its prompt against the cache (a queued request holds no
+prefix, as in SGLang, unless the profile's ``lock_queued_prefix`` says it
+locks its match at enqueue), locks the match, loads back
 host hits (overlapped with compute) and allocates pool space for the tokens
 it will compute; when the pool cannot be freed the head waits (head-of-line),
 as in SGLang; a request that could not start even on an empty instance (its
@@ -59,17 +61,20 @@ class PrefillInstance:
 
     # ----------------------------------------------------------------- queue
     def enqueue(self, req: Request) -> None:
-        """Queue a request; its cached prefix is matched and locked now, so
-        waiting in the queue does not cost it its prefix."""
+        """Queue a request. As in SGLang, its prefix is matched when it starts,
+        so while it waits its cached prefix ages like any other and may be
+        evicted; with the profile's ``lock_queued_prefix`` it is matched and
+        locked now instead, and waiting costs it nothing."""
         if req.prompt > self.cache.device_capacity:
             raise RequestNeverFits(
                 "LIVE-PREFILL-FITS",
                 f"prefill {self.index}: a prompt of {req.prompt} tokens (session {req.session.uid}, "
                 f"call {req.call_index}) exceeds the {self.cache.device_capacity}-token pool")
         req.prefill = self
-        m = self.cache.match(req.key, self.loop.now, req.session.cursor, req.prompt)
-        self.cache.lock(m)
-        req.match = m
+        if self.profile.lock_queued_prefix:
+            m = self.cache.match(req.key, self.loop.now, req.session.cursor, req.prompt)
+            self.cache.lock(m)
+            req.match = m
         heapq.heappush(self.queue, (self._sort_key(req), req.seq, req))
         self.queued_tokens += req.prompt
         if not self.busy:
