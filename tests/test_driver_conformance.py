@@ -159,7 +159,7 @@ def _basin() -> Policy:
     (ThunderAgentPolicy, ("park", "release", "pause", "resume", "held")),
 ])
 def test_the_gateway_drives_a_policy_as_the_simulator_does(make, expect, monkeypatch) -> None:
-    sim = _simulate(make, "trap-1p1d", ["duration_min=30", "measure_end_min=30", "surge.factor=3.0",
+    sim = _simulate(make, "trap-1p1d", ["duration_min=45", "measure_end_min=45", "surge.factor=4.0",
                                         "arrivals.warm_sessions=0"], monkeypatch)
     decisions = [e[3] for e in sim.log if e[0] == "control"]
     verdicts = [e[6] for e in sim.log if e[0] == "arrival"]

@@ -55,10 +55,10 @@ def test_bad_input_is_refused_with_the_field(capsys):
 
 @pytest.mark.scenario
 def test_the_named_surge_traps_in_the_simulator_and_half_its_excess_does_not():
-    """1P1D H100 GPU-only at 3.3/min: the model names a surge of about x1.9
-    for 10 min. The simulator traps at it (seed 1; +100% traps 5 of 5 seeds in
-    docs/calibration.md), and half the excess recovers in most seeds (3 of 5:
-    the two seeds that start nearest the cliff trap even at +33%). About 20 s."""
+    """1P1D H100 GPU-only at 3.3/min: the model names a surge of about x2.1
+    for 10 min. The simulator traps at it (5 of 5 seeds from the model's N_s;
+    docs/vulnerable.md), and half the excess recovers (5 of 5; required: most
+    of them). About 20 s."""
     r = assess("1p1d-h100", rate=3.3)
     assert r.named_surge is not None
     f = r.named_surge["factor"]
