@@ -82,7 +82,7 @@ def test_critical_rate_runs_on_the_one_pool(monkeypatch: pytest.MonkeyPatch) -> 
     assert seen == [(cr._steady_job, 12, 3)]
     assert res.critical_rate_per_min == 5.0 and not res.capped
     assert [r.seed for r in res.runs_at(4.0)] == [0, 1, 2]
-    assert res.catalog is not None and res.catalog.per_min == 9.0  # profiles/critical-rates.yaml
+    assert res.catalog is not None and res.catalog.per_min == 12.0  # profiles/critical-rates.yaml
     d = res.to_dict()
     assert d["critical_rate_per_min"] == 5.0 and [p["healthy"] for p in d["per_rate"]] == [True, True, False, False]
     # Another host tier than the deployment's: the catalogue's rate does not apply.
@@ -109,7 +109,7 @@ def test_the_command_prints_a_table_and_refuses_bad_options(capsys: pytest.Captu
     code, out, err = _run(capsys, "critical-rate", "1p1d-h200", "--low", "8", "--high", "9", "--seeds", "0,1")
     assert code == 0, err
     assert "critical rate of 1p1d-h200: 9 sessions/min (every rate was healthy; raise --high" in out
-    assert "catalogue (profiles/critical-rates.yaml): 9 sessions/min" in out
+    assert "catalogue (profiles/critical-rates.yaml): 12 sessions/min" in out
     code, _, err = _run(capsys, "critical-rate", "1p1d-h200", "--low", "9", "--high", "8")
     assert code == 2 and "--low 9 is above --high 8" in err
     code, _, err = _run(capsys, "critical-rate", "1p1d-h200", "--low", "4", "--high", "8", "--seeds", "a")
