@@ -78,6 +78,9 @@ def _register() -> None:
 
     app.command("sweep")(sweep.sweep)
     app.command("report")(report.report)
+    from basin.cli import tune
+
+    app.command("tune")(tune.tune)
 
 
 _register()

@@ -255,9 +255,6 @@ def _derived_value(name: str, axis: DerivedAxis, rate: float, sc: Scenario) -> A
 
 def load_sweep(file: str | os.PathLike[str]) -> Sweep:
     """Read and check a sweep file and resolve every point of its grid (no run)."""
-    from basin.experiments.compare import expand_systems
-    from basin.experiments.runner import check_runnable, params_for
-
     path = Path(file)
     if not path.is_file():
         raise BasinInputError(f"{path}: sweep file not found")
@@ -272,6 +269,16 @@ def load_sweep(file: str | os.PathLike[str]) -> Sweep:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as exc:
         raise _file_error(path, exc) from None
+    return resolve_sweep(path, spec)
+
+
+def resolve_sweep(path: Path, spec: SweepSpec) -> Sweep:
+    """Check a sweep given as a spec and resolve every point of its grid (no
+    run). ``path`` is the file it came from: relative paths are read from its
+    folder and messages name it (``basin tune`` builds its specs in memory)."""
+    from basin.experiments.compare import expand_systems
+    from basin.experiments.runner import check_runnable, params_for
+
     here = path.resolve().parent
     scenario_arg = _anchored(spec.scenario, here) if _looks_like_path(spec.scenario) else spec.scenario
     try:
@@ -469,27 +476,14 @@ def run_sweep(sweep: Sweep, out_dir: Path, *, executor: str = "local", workers: 
               plots: bool = True) -> SweepOutcome:
     """Compute the runs the store lacks, then write the table, the plots and
     the sweep's provenance from the store."""
-    from basin.experiments.executors import check_executor, execute
-    from basin.experiments.runner import provenance
+    from basin.experiments.executors import check_executor
 
     check_executor(executor, address)
     start = time.perf_counter()
     store = RunStore(out_dir / STORE_DIR)
     store.clean_stale()
-    todo = pending_points(sweep, store)
-    by_key = {p.key: p for p in todo}
-
-    def keep(index: int, out: RunOutput) -> None:
-        point = by_key[out.key]
-        record = provenance([(sweep.scenario_arg, point.scenario, list(point.overrides))],
-                            {point.system: {"policy_params": out.policy_params, "cliff_profile": out.cliff}},
-                            {"sweep": {"file": str(sweep.path.resolve()), "name": sweep.name},
-                             "point": dict(point.coords), "run_key": point.key, "wall_s": out.wall_s,
-                             "executor": executor})
-        store.put(out.key, out.tables, out.summary, point.config, record)
-
-    jobs = [RunJob(p.key, p.scenario, p.system, p.params) for p in todo]
-    execute(compute_run, jobs, keep, executor=executor, workers=workers, address=address, progress=progress)
+    computed = compute_pending([sweep], store, executor=executor, workers=workers, address=address,
+                               progress=progress)
     table = write_table(sweep, store, out_dir / TABLE_FILE)
     drawn: list[Path] = []
     if plots and sweep.spec.plot:
@@ -497,10 +491,39 @@ def run_sweep(sweep: Sweep, out_dir: Path, *, executor: str = "local", workers: 
 
         drawn = draw_plots(sweep, table_rows(sweep, store), out_dir)
     wall = time.perf_counter() - start
-    outcome = SweepOutcome(len(sweep.points), len(jobs), len(sweep.points) - len(jobs), out_dir / TABLE_FILE,
+    outcome = SweepOutcome(len(sweep.points), computed, len(sweep.points) - computed, out_dir / TABLE_FILE,
                            tuple(drawn), wall)
     _write_record(sweep, out_dir, outcome, executor, table)
     return outcome
+
+
+def compute_pending(sweeps: Sequence[Sweep], store: RunStore, *, executor: str = "local",
+                    workers: int | None = None, address: str | None = None,
+                    progress: Callable[[int, int], None] | None = None) -> int:
+    """Compute the runs of ``sweeps`` the store lacks (each key once, across
+    them all, on one executor), keeping each in the store as it finishes, so
+    several sweeps share one pool and one progress display. Returns the count
+    computed."""
+    from basin.experiments.executors import execute
+    from basin.experiments.runner import provenance
+
+    todo: dict[str, tuple[Sweep, Point]] = {}
+    for sweep in sweeps:
+        for p in pending_points(sweep, store):
+            todo.setdefault(p.key, (sweep, p))
+
+    def keep(index: int, out: RunOutput) -> None:
+        sweep, point = todo[out.key]
+        record = provenance([(sweep.scenario_arg, point.scenario, list(point.overrides))],
+                            {point.system: {"policy_params": out.policy_params, "cliff_profile": out.cliff}},
+                            {"sweep": {"file": str(sweep.path.resolve()), "name": sweep.name},
+                             "point": dict(point.coords), "run_key": point.key, "wall_s": out.wall_s,
+                             "executor": executor})
+        store.put(out.key, out.tables, out.summary, point.config, record)
+
+    jobs = [RunJob(p.key, p.scenario, p.system, p.params) for _, p in todo.values()]
+    execute(compute_run, jobs, keep, executor=executor, workers=workers, address=address, progress=progress)
+    return len(jobs)
 
 
 def _write_record(sweep: Sweep, out_dir: Path, outcome: SweepOutcome, executor: str, table: Path) -> None:
@@ -553,10 +576,15 @@ def _column(values: list[Any]) -> Any:
 
 def write_table(sweep: Sweep, store: RunStore, path: Path) -> Path:
     """The sweep's Parquet table, written whole or not at all."""
+    return write_rows(table_rows(sweep, store), path)
+
+
+def write_rows(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    """Rows as a Parquet table (a column per key, in first-seen order; mixed
+    or nested values as their YAML text), written whole or not at all."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = table_rows(sweep, store)
     names = list(dict.fromkeys(k for r in rows for k in r))
     arrow = pa.table({n: _column([r.get(n) for r in rows]) for n in names})
     path.parent.mkdir(parents=True, exist_ok=True)
