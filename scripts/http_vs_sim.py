@@ -65,19 +65,22 @@ def overrides(duration_min: float) -> list[str]:
     return ["--set", f"duration_min={duration_min:g}", "--set", f"measure_end_min={duration_min:g}"]
 
 
-def gateway_config(path: Path, speed: float) -> None:
+def gateway_config(path: Path, speed: float, predictor: str | None = None) -> None:
     scrape = max(0.5, 5.0 / speed)
-    path.write_text(json.dumps({"scrape_interval_s": scrape, "stale_after_s": 3 * scrape,
-                                "hit_window_s": max(1.0, 60.0 / speed)}))  # JSON is YAML
+    config: dict[str, object] = {"scrape_interval_s": scrape, "stale_after_s": 3 * scrape,
+                                 "hit_window_s": max(1.0, 60.0 / speed)}
+    if predictor:
+        config["predictor"] = predictor
+    path.write_text(json.dumps(config))  # JSON is YAML
 
 
 def run_http(policy: str, seed: int, speed: float, duration_min: float, out: Path,
-             eport: int, gport: int) -> dict:
+             eport: int, gport: int, predictor: str | None = None) -> dict:
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     eurl, gurl = f"http://127.0.0.1:{eport}", f"http://127.0.0.1:{gport}"
     cfg = logs / f"gateway-{policy}-s{seed}.yaml"
-    gateway_config(cfg, speed)
+    gateway_config(cfg, speed, predictor if policy == "basin" else None)
     emu = subprocess.Popen([BASIN, "emulate", "--deployment", "1p3d-h200", "--host-ratio", "2",
                             "--speed", f"{speed:g}", "--listen", f"127.0.0.1:{eport}"],
                            stdout=open(logs / f"emulate-{policy}-s{seed}.log", "w"), stderr=subprocess.STDOUT)
@@ -188,6 +191,10 @@ def main() -> None:
     ap.add_argument("--emulator-port", type=int, default=30110)
     ap.add_argument("--gateway-port", type=int, default=8410)
     ap.add_argument("--plot-only", action="store_true", help="redraw from OUT/http-vs-sim.json")
+    ap.add_argument("--predictor", default="ridge",
+                    help="the gateway's BASIN predictor: ridge (default: the simulator's, fitted once with "
+                    "`basin predict fit terminal-bench` into OUT), or any gateway spec such as growth:1.5 "
+                    "(the gateway's own default) or ridge:FILE")
     a = ap.parse_args()
     jpath = a.out / "http-vs-sim.json"
     if a.plot_only:
@@ -195,17 +202,25 @@ def main() -> None:
         figure(doc["results"], doc["seeds"], doc["speed"], doc["duration_min"], a.png)
         return
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.predictor == "ridge":
+        # The simulator's BASIN predicts peaks with a ridge fitted on the workload; give the gateway the same.
+        model = a.out / "ridge-terminal-bench.pkl"
+        if not model.exists():
+            subprocess.run([BASIN, "predict", "fit", "terminal-bench", "--out", str(model)], check=True,
+                           stdout=subprocess.DEVNULL)
+        a.predictor = f"ridge:{model}"
     doc = json.loads(jpath.read_text()) if jpath.exists() else {"results": {}}
     if doc.get("speed", a.speed) != a.speed or doc.get("duration_min", a.duration_min) != a.duration_min:
         doc = {"results": {}}  # other settings: start over
-    doc.update(speed=a.speed, duration_min=a.duration_min, scenario=SCENARIO,
+    doc.update(speed=a.speed, duration_min=a.duration_min, scenario=SCENARIO, predictor=a.predictor,
                command=" ".join([sys.executable, *sys.argv]))
     for seed in a.seeds:
         r = doc["results"].setdefault(str(seed), {"sim": {}, "http": {}})
         print(f"seed {seed}: simulating", flush=True)
         r["sim"] = run_sim(seed, a.duration_min, a.out)
         for p in a.policies:
-            r["http"][p] = run_http(p, seed, a.speed, a.duration_min, a.out, a.emulator_port, a.gateway_port)
+            r["http"][p] = run_http(p, seed, a.speed, a.duration_min, a.out, a.emulator_port, a.gateway_port,
+                                    a.predictor)
             jpath.write_text(json.dumps(doc, indent=1))
         for p in POLICIES:
             if p in r["http"]:
