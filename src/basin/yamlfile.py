@@ -30,6 +30,18 @@ def load_yaml(path: Path) -> Any:
         raise BasinInputError(f"{path}: not valid YAML ({exc})") from None
 
 
+def load_mapping(path: Path, kind: str, fields: str) -> dict[str, Any]:
+    """A ``kind`` file (sweep, tuning, scenario, ...) whose top level must be a
+    mapping of ``fields``: its data, or an error naming the file and what was
+    expected."""
+    if not path.is_file():
+        raise BasinInputError(f"{path}: {kind} file not found")
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise BasinInputError(f"{path}: expected a mapping of {fields} at the top level")
+    return data
+
+
 def validation_message(path: object, exc: ValidationError) -> str:
     """One readable line per problem: file, field path, what was expected."""
     lines = [f"{path}: invalid"]

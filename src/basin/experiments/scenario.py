@@ -29,7 +29,7 @@ from basin.catalog import RouterName
 from basin.catalog.files import close_names
 from basin.errors import BasinInputError
 from basin.paths import SCENARIO_DIR
-from basin.yamlfile import safe_load
+from basin.yamlfile import load_mapping, safe_load
 
 
 class _Model(BaseModel):
@@ -370,13 +370,7 @@ def load_scenario(name_or_path: str, overrides: list[str] | None = None) -> Scen
     """The scenario a name or file stands for, with ``overrides`` applied and
     everything checked (schema, ranges, measurement window) before any run."""
     path = scenario_path(name_or_path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = safe_load(fh)
-    except yaml.YAMLError as exc:
-        raise BasinInputError(f"{path}: not valid YAML ({exc})") from None
-    if not isinstance(data, dict):
-        raise BasinInputError(f"{path}: expected a mapping of scenario fields at the top level")
+    data = load_mapping(path, "scenario", "scenario fields")
     data = resolve_file_paths(data, path.resolve().parent)
     overrides = list(overrides or [])
     data = apply_overrides(data, overrides)

@@ -28,7 +28,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from basin.catalog.files import close_names
@@ -47,6 +46,7 @@ from basin.experiments.scenario import (
 from basin.experiments.store import STORE_DIR, RunStore, code_digest, run_key
 from basin.metrics._tables import Table
 from basin.metrics.summary import RunSummary
+from basin.yamlfile import load_mapping
 
 #: A summary field a plot can show besides the numeric ones: the run ended trapped.
 TRAPPED = "trapped"
@@ -202,12 +202,7 @@ def _anchor(key: str, value: Any, base: Path) -> Any:
 
 
 def _base_data(scenario_file: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(scenario_file.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise BasinInputError(f"{scenario_file}: not valid YAML ({exc})") from None
-    if not isinstance(data, dict):
-        raise BasinInputError(f"{scenario_file}: expected a mapping of scenario fields at the top level")
+    data = load_mapping(scenario_file, "scenario", "scenario fields")
     return resolve_file_paths(data, scenario_file.resolve().parent)
 
 
@@ -256,15 +251,7 @@ def _derived_value(name: str, axis: DerivedAxis, rate: float, sc: Scenario) -> A
 def load_sweep(file: str | os.PathLike[str]) -> Sweep:
     """Read and check a sweep file and resolve every point of its grid (no run)."""
     path = Path(file)
-    if not path.is_file():
-        raise BasinInputError(f"{path}: sweep file not found")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise BasinInputError(f"{path}: not valid YAML ({exc})") from None
-    if not isinstance(raw, dict):
-        raise BasinInputError(f"{path}: expected a mapping of sweep fields (name, scenario, set, axes, systems, "
-                              "derived, plot) at the top level")
+    raw = load_mapping(path, "sweep", "sweep fields (name, scenario, set, axes, systems, derived, plot)")
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as exc:

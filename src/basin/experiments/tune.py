@@ -40,7 +40,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from basin.catalog.files import close_names
@@ -49,6 +48,7 @@ from basin.experiments.scenario import _anchored, _looks_like_path, _problem, sc
 from basin.experiments.store import STORE_DIR, RunStore
 from basin.experiments.sweep import Point, Sweep, SweepSpec, is_finite, resolve_sweep
 from basin.metrics.summary import RunSummary
+from basin.yamlfile import load_mapping
 
 TABLE_FILE = "tune.parquet"
 BEST_FILE = "best.csv"
@@ -307,15 +307,7 @@ def load_tuning(file: str | os.PathLike[str]) -> Tuning:
     from basin.policy.registry import policy_names
 
     path = Path(file)
-    if not path.is_file():
-        raise BasinInputError(f"{path}: tuning file not found")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise BasinInputError(f"{path}: not valid YAML ({exc})") from None
-    if not isinstance(raw, dict):
-        raise BasinInputError(f"{path}: expected a mapping of tuning fields (name, scenarios, set, seeds, systems) "
-                              "at the top level")
+    raw = load_mapping(path, "tuning", "tuning fields (name, scenarios, set, seeds, systems)")
     listed = _listed(raw)
     try:
         spec = TuneSpec.model_validate(raw)
