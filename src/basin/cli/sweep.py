@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -13,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from basin.cli.options import parse_jobs
+from basin.cli.stored import compute_missing, print_notes
 from basin.errors import BasinInputError
 
 if TYPE_CHECKING:
@@ -56,7 +56,6 @@ def sweep(
 def _sweep(file: Path, out: Path | None, jobs: int | None, executor: str, address: str | None, list_: bool,
            as_json: bool, plots: bool) -> None:
     from basin.experiments.executors import check_executor
-    from basin.experiments.pool import JobProgress
     from basin.experiments.store import STORE_DIR, RunStore
     from basin.experiments.sweep import TABLE_FILE, load_sweep, pending_points, run_sweep
 
@@ -65,27 +64,15 @@ def _sweep(file: Path, out: Path | None, jobs: int | None, executor: str, addres
         check_executor(executor, address)  # Ray missing or a stray --address: before the grid is resolved
     sw = load_sweep(file)
     out_dir = out if out is not None else Path("results") / "sweeps" / sw.name
-    for line in sw.notes:
-        _err.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
-    for line in sw.warnings:
-        _err.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+    print_notes(_err, sw.notes, sw.warnings)
     store = RunStore(out_dir / STORE_DIR)
     if list_:
         _print_list(sw, store, as_json)
         return
-    todo = pending_points(sw, store)
-    _err.print(f"sweep {sw.name}: {len(sw.points)} runs, {len(sw.points) - len(todo)} in the store at "
-               f"{store.root}, {len(todo)} to compute ({executor})", highlight=False, soft_wrap=True)
-    try:
-        with JobProgress(f"sweep {sw.name}", len(todo), stream=sys.stderr,
-                         terminal=_err.is_terminal and not as_json) as tick:
-            outcome = run_sweep(sw, out_dir, executor=executor, workers=workers, address=address,
-                                progress=tick, plots=plots)
-    except KeyboardInterrupt:
-        done = sum(1 for p in sw.points if store.has(p.key))
-        _err.print(f"interrupted: {done} of {len(sw.points)} runs are in the store; run the same command again "
-                   "to compute the rest", highlight=False, soft_wrap=True)
-        raise typer.Exit(130) from None
+    outcome = compute_missing(
+        _err, f"sweep {sw.name}", [p.key for p in sw.points], len(pending_points(sw, store)), store, executor,
+        as_json, lambda tick: run_sweep(sw, out_dir, executor=executor, workers=workers, address=address,
+                                        progress=tick, plots=plots))
     if as_json:
         print(json.dumps(outcome.as_json()))
         return

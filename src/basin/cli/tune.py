@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -15,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from basin.cli.options import parse_jobs
+from basin.cli.stored import compute_missing, print_notes
 from basin.errors import BasinInputError
 
 if TYPE_CHECKING:
@@ -59,7 +59,6 @@ def tune(
 def _tune(file: Path, out: Path | None, jobs: int | None, executor: str, address: str | None, list_: bool,
           as_json: bool, plots: bool) -> None:
     from basin.experiments.executors import check_executor
-    from basin.experiments.pool import JobProgress
     from basin.experiments.store import STORE_DIR, RunStore
     from basin.experiments.tune import load_tuning, pending_runs, run_tuning
 
@@ -68,27 +67,15 @@ def _tune(file: Path, out: Path | None, jobs: int | None, executor: str, address
         check_executor(executor, address)
     tuning = load_tuning(file)
     out_dir = out if out is not None else Path("results") / "tune" / tuning.name
-    for line in tuning.notes:
-        _err.print(f"[yellow]note:[/] {escape(line)}", highlight=False, soft_wrap=True)
-    for line in tuning.warnings:
-        _err.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    print_notes(_err, tuning.notes, tuning.warnings)
     store = RunStore(out_dir / STORE_DIR)
     if list_:
         _print_list(tuning, store, as_json)
         return
-    todo = pending_runs(tuning, store)
-    _err.print(f"tune {tuning.name}: {len(tuning.runs)} runs, {len(tuning.runs) - len(todo)} in the store at "
-               f"{store.root}, {len(todo)} to compute ({executor})", highlight=False, soft_wrap=True)
-    try:
-        with JobProgress(f"tune {tuning.name}", len(todo), stream=sys.stderr,
-                         terminal=_err.is_terminal and not as_json) as tick:
-            outcome = run_tuning(tuning, out_dir, executor=executor, workers=workers, address=address,
-                                 progress=tick, plots=plots)
-    except KeyboardInterrupt:
-        done = sum(1 for r in tuning.runs if store.has(r.key))
-        _err.print(f"interrupted: {done} of {len(tuning.runs)} runs are in the store; run the same command again "
-                   "to compute the rest", highlight=False, soft_wrap=True)
-        raise typer.Exit(130) from None
+    outcome = compute_missing(
+        _err, f"tune {tuning.name}", [r.key for r in tuning.runs], len(pending_runs(tuning, store)), store,
+        executor, as_json, lambda tick: run_tuning(tuning, out_dir, executor=executor, workers=workers,
+                                                   address=address, progress=tick, plots=plots))
     if as_json:
         print(json.dumps(outcome.as_json()))
         return
