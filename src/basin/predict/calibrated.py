@@ -97,7 +97,31 @@ def reservation_figures(reserve: np.ndarray, peaks: np.ndarray) -> dict[str, flo
     }
 
 
-class CalibratedPredictor:
+class _PointAndReservation:
+    """The two answers of a calibrated predictor from one log point: the point
+    prediction, and the point raised by its fold's conformal offset (both
+    floored at the first prompt). Subclasses say where the log point comes
+    from."""
+
+    offsets: dict[int, float]
+
+    def log_point(self, task_text: str | None, first_prompt_tokens: int, session_id: str) -> tuple[int, float]:
+        raise NotImplementedError
+
+    def predict_peak_tokens(self, task_text: str | None, first_prompt_tokens: int, session_id: str,
+                            oracle_peak_tokens: int | None = None) -> float:
+        _check_call(task_text, first_prompt_tokens, session_id)
+        _, lp = self.log_point(task_text, first_prompt_tokens, session_id)
+        return _floor(lp, first_prompt_tokens)
+
+    def reserve_peak_tokens(self, task_text: str | None, first_prompt_tokens: int, session_id: str,
+                            oracle_peak_tokens: int | None = None) -> float:
+        _check_call(task_text, first_prompt_tokens, session_id)
+        f, lp = self.log_point(task_text, first_prompt_tokens, session_id)
+        return _floor(lp + self.offsets.get(f, self.offsets.get(-1, 0.0)), first_prompt_tokens)
+
+
+class CalibratedPredictor(_PointAndReservation):
     """Point and reservation predictions of one workload (see the module docstring)."""
 
     name = "calibrated"
@@ -160,18 +184,6 @@ class CalibratedPredictor:
             lp = self._memo[key] = float(model.predict([(task_text, first_prompt_tokens)])[0])
         return f, lp
 
-    def predict_peak_tokens(self, task_text: str | None, first_prompt_tokens: int, session_id: str,
-                            oracle_peak_tokens: int | None = None) -> float:
-        _check_call(task_text, first_prompt_tokens, session_id)
-        _, lp = self.log_point(task_text, first_prompt_tokens, session_id)
-        return _floor(lp, first_prompt_tokens)
-
-    def reserve_peak_tokens(self, task_text: str | None, first_prompt_tokens: int, session_id: str,
-                            oracle_peak_tokens: int | None = None) -> float:
-        _check_call(task_text, first_prompt_tokens, session_id)
-        f, lp = self.log_point(task_text, first_prompt_tokens, session_id)
-        return _floor(lp + self.offsets.get(f, self.offsets.get(-1, 0.0)), first_prompt_tokens)
-
     def growth_coefficients(self) -> dict[str, float]:
         return self.growth.coefficients()
 
@@ -210,7 +222,7 @@ def _floor(log_pred: float, first_prompt_tokens: int) -> float:
     return max(math.exp(min(log_pred, 700.0)), float(max(first_prompt_tokens, 1)))
 
 
-class TabulatedCalibrated:
+class TabulatedCalibrated(_PointAndReservation):
     """A :class:`CalibratedPredictor`'s answers for its own workload's first
     calls, tabulated: runs then start without scikit-learn, which is loaded
     (with the model file) only for a first call outside the table."""
@@ -244,25 +256,14 @@ class TabulatedCalibrated:
             self._full = CalibratedPredictor.load(self.model_path)
         return self._full
 
-    def _lookup(self, task_text: str | None, first_prompt_tokens: int, session_id: str) -> tuple[int, float]:
+    def log_point(self, task_text: str | None, first_prompt_tokens: int, session_id: str) -> tuple[int, float]:
+        """From the table; a first call outside it loads the model."""
         fold = self.fold_of_group.get(group_key(task_text, session_id))
         f = -1 if fold is None else fold
         lp = self.parts.get((f, task_text, first_prompt_tokens))
         if lp is None:
             return self._model().log_point(task_text, first_prompt_tokens, session_id)
         return f, lp
-
-    def predict_peak_tokens(self, task_text: str | None, first_prompt_tokens: int, session_id: str,
-                            oracle_peak_tokens: int | None = None) -> float:
-        _check_call(task_text, first_prompt_tokens, session_id)
-        _, lp = self._lookup(task_text, first_prompt_tokens, session_id)
-        return _floor(lp, first_prompt_tokens)
-
-    def reserve_peak_tokens(self, task_text: str | None, first_prompt_tokens: int, session_id: str,
-                            oracle_peak_tokens: int | None = None) -> float:
-        _check_call(task_text, first_prompt_tokens, session_id)
-        f, lp = self._lookup(task_text, first_prompt_tokens, session_id)
-        return _floor(lp + self.offsets.get(f, self.offsets.get(-1, 0.0)), first_prompt_tokens)
 
     def growth_coefficients(self) -> dict[str, float]:
         return dict(self.growth)
