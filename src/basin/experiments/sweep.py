@@ -161,17 +161,26 @@ class Sweep:
         return self.spec.name
 
 
-def _file_error(path: Path, exc: ValidationError) -> BasinInputError:
+def spec_file_error(path: Path, exc: ValidationError, spec: type[BaseModel], *,
+                    locate: Callable[[list[str]], list[str]] | None = None,
+                    too_short: Mapping[str, str] | None = None) -> BasinInputError:
+    """One line per problem of a sweep-like file (sweep, tuning): the field as
+    the file spells it, what is wrong, a close name for a misspelt top-level
+    field. ``locate`` rewrites an error's path; ``too_short`` words an empty
+    list by field (key ``""``: any other field)."""
     lines = []
+    known = sorted(f.alias or n for n, f in spec.model_fields.items())
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        parts = [str(p) for p in err["loc"]]
+        loc = ".".join(locate(parts) if locate is not None else parts) or "(top level)"
         if loc.startswith("set_"):
             loc = "set" + loc[4:]
         got = err.get("input")
         shown = "" if isinstance(got, dict) or err["type"] in ("missing", "extra_forbidden") else f" (got {got!r})"
         problem = _problem(err)
+        if too_short is not None and err["type"] == "too_short":
+            problem = too_short.get(loc, too_short[""])
         if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
-            known = sorted(f.alias or n for n, f in SweepSpec.model_fields.items())
             close = close_names(str(err["loc"][0]), known)
             problem += (f"; did you mean {' or '.join(close)}?" if close else "") + f" (fields: {', '.join(known)})"
         lines.append(f"{path}: field '{loc}': {problem}{shown}")
@@ -255,7 +264,7 @@ def load_sweep(file: str | os.PathLike[str]) -> Sweep:
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as exc:
-        raise _file_error(path, exc) from None
+        raise spec_file_error(path, exc, SweepSpec) from None
     return resolve_sweep(path, spec)
 
 

@@ -44,9 +44,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from basin.catalog.files import close_names
 from basin.errors import BasinInputError
-from basin.experiments.scenario import _anchored, _looks_like_path, _problem, scenario_path
+from basin.experiments.scenario import _anchored, _looks_like_path, scenario_path
 from basin.experiments.store import STORE_DIR, RunStore
-from basin.experiments.sweep import Point, Sweep, SweepSpec, is_finite, resolve_sweep
+from basin.experiments.sweep import Point, Sweep, SweepSpec, is_finite, resolve_sweep, spec_file_error
 from basin.metrics.summary import RunSummary
 from basin.yamlfile import load_mapping
 
@@ -102,26 +102,14 @@ def _listed(raw: Mapping[str, Any]) -> set[str]:
 
 
 def _file_error(path: Path, exc: ValidationError, listed: set[str]) -> BasinInputError:
-    lines = []
-    known = sorted(f.alias or n for n, f in TuneSpec.model_fields.items())
-    for err in exc.errors():
-        parts = [str(p) for p in err["loc"]]
+    def locate(parts: list[str]) -> list[str]:
         if len(parts) > 2 and parts[0] == "systems" and parts[1] not in listed and parts[2] == "0":
             del parts[2]  # a single grid is read as a list of one: name it as the file gives it
-        loc = ".".join(parts) or "(top level)"
-        if loc.startswith("set_"):
-            loc = "set" + loc[4:]
-        got = err.get("input")
-        shown = "" if isinstance(got, dict) or err["type"] in ("missing", "extra_forbidden") else f" (got {got!r})"
-        problem = _problem(err)
-        if err["type"] == "too_short":
-            problem = {"scenarios": "list at least one scenario", "seeds": "list at least one seed",
-                       "systems": "name at least one system"}.get(loc, "list at least one value")
-        if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
-            close = close_names(str(err["loc"][0]), known)
-            problem += (f"; did you mean {' or '.join(close)}?" if close else "") + f" (fields: {', '.join(known)})"
-        lines.append(f"{path}: field '{loc}': {problem}{shown}")
-    return BasinInputError("\n".join(lines))
+        return parts
+
+    return spec_file_error(path, exc, TuneSpec, locate=locate, too_short={
+        "scenarios": "list at least one scenario", "seeds": "list at least one seed",
+        "systems": "name at least one system", "": "list at least one value"})
 
 
 def _grids(spec: TuneSpec, listed: set[str], system: str) -> list[tuple[str, dict[str, list[Any]]]]:
