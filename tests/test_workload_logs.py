@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from cli_helpers import run_basin as _run
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 
 
-def _write(tmp_path: Path, name: str, lines: list[object]) -> Path:
+def _write(tmp_path: Path, name: str, lines: Sequence[object]) -> Path:
     path = tmp_path / name
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path
@@ -263,3 +264,85 @@ def test_sglang_finish_line_without_usage(tmp_path: Path) -> None:
     path.write_text("[2025-03-01 10:00:02] Finish: obj=GenerateReqInput(rid='x')\n")
     with pytest.raises(BasinInputError, match=r"line 1, field 'out': missing from the Finish line"):
         load_request_log("sglang", path)
+
+
+def _sglang_finished(rid: str, when: str, prompt: int, output: int, latency: float, *,
+                     session: str | None = None, cached: int | None = 0) -> dict[str, object]:
+    """A ``request.finished`` record as SGLang's JSON request log writes it (--log-requests-format json)."""
+    obj: dict[str, object] = {"rid": rid, "text": "...", "sampling_params": {"max_new_tokens": output}}
+    if session is not None:
+        obj["session_params"] = {"id": session, "rid": None, "offset": None, "replace": None}
+    meta: dict[str, object] = {"id": rid, "prompt_tokens": prompt, "completion_tokens": output,
+                               "e2e_latency": latency}
+    if cached is not None:
+        meta["cached_tokens"] = cached
+    return {"timestamp": when, "event": "request.finished", "rid": rid, "obj": obj,
+            "out": {"text": "done", "meta_info": meta}}
+
+
+def test_sglang_json_log_uses_microsecond_times_and_sglang_sessions(tmp_path: Path) -> None:
+    path = _write(tmp_path, "sglang.log", [
+        {"timestamp": "2026-03-01T10:00:00.000000", "event": "request.received", "rid": "a", "obj": {}},
+        _sglang_finished("a", "2026-03-01T10:00:01.500000", 100, 10, 1.0, session="s1"),
+        _sglang_finished("b", "2026-03-01T10:00:04.250000", 160, 5, 0.5, session="s1", cached=100),
+        _sglang_finished("c", "2026-03-01T10:00:02.000000", 40, 4, 0.25, cached=None),
+    ])
+    w = load_request_log("sglang", path)
+    calls = {s.session_id: s.calls for s in w.sessions}
+    # s1: a ends at 1.5 s, b starts at 4.25 - 0.5 = 3.75 s, so the tool gap is 2.25 s.
+    assert calls == {"s1": (Call(100, 100, 10, 2.25), Call(160, 50, 5)), "sglang-c": (Call(40, 40, 4),)}
+    assert w.extra[SESSION_START_KEY] == {"s1": 0.0, "sglang-c": 1.25}
+    assert w.extra["skipped_records"] == 1  # the request.received line
+    assert _by_id("sglang", path, reuse="cached")["s1"][1] == Call(160, 60, 5)
+
+
+def test_sglang_json_batched_request_is_one_request_per_output(tmp_path: Path) -> None:
+    record = _sglang_finished("x", "2026-03-01T10:00:01", 10, 2, 0.5)
+    out = record["out"]
+    assert isinstance(out, dict)
+    second = {"text": "", "meta_info": {**out["meta_info"], "id": "y", "prompt_tokens": 12}}
+    path = _write(tmp_path, "batch.log", [{**record, "out": [out, second]}])
+    assert sorted(c[0].prompt_tokens for c in _by_id("sglang", path).values()) == [10, 12]
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"timestamp": None}, "field 'timestamp': expected an ISO 8601 time"),
+        ({"out": None}, "field 'out': missing; SGLang writes it for text generation"),
+        ({"out": {"text": "x"}}, "field 'out.meta_info': missing or not an object"),
+        ({"out": {"meta_info": {"completion_tokens": 1, "e2e_latency": 0.1}}},
+         "field 'out.meta_info.prompt_tokens': missing"),
+        ({"out": {"meta_info": {"prompt_tokens": 1, "completion_tokens": 1, "e2e_latency": -1}}},
+         "field 'out.meta_info.e2e_latency': expected seconds >= 0"),
+        ({"out": {"meta_info": {"prompt_tokens": "ten", "completion_tokens": 1}}},
+         "field 'out.meta_info.prompt_tokens': expected a whole number"),
+    ],
+)
+def test_sglang_json_bad_records(tmp_path: Path, change: dict[str, object], fragment: str) -> None:
+    path = _write(tmp_path, "bad.log", [{**_sglang_finished("a", "2026-03-01T10:00:01", 10, 1, 0.1), **change}])
+    with pytest.raises(BasinInputError) as exc:
+        load_request_log("sglang", path)
+    assert "bad.log line 1" in str(exc.value) and fragment in str(exc.value)
+
+
+def test_sglang_json_line_that_is_not_json(tmp_path: Path) -> None:
+    path = tmp_path / "cut.log"
+    path.write_text('{"timestamp": "2026-03-01T10:00:01", "event": "request.fin\n')
+    with pytest.raises(BasinInputError, match=r"cut.log line 1: malformed JSON .*one object per line"):
+        load_request_log("sglang", path)
+
+
+def test_otel_call_seen_by_client_and_proxy_counts_once(tmp_path: Path) -> None:
+    usage = {"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 30, "gen_ai.usage.output_tokens": 3}
+    client = {**_span({**usage, "gen_ai.response.id": "r1"}, "1000000000", "2000000000"), "spanId": "c1"}
+    http = {**_span({"http.request.method": "POST"}, "1100000000", "1900000000"), "spanId": "h1",
+            "parentSpanId": "c1"}
+    proxy = {**_span(usage, "1200000000", "1800000000"), "spanId": "p1", "parentSpanId": "h1"}
+    # A second hop that is not below the client span but repeats its response id.
+    engine = {**_span({**usage, "gen_ai.response.id": "r1"}, "1300000000", "1700000000"), "spanId": "e1"}
+    later = {**_span({**usage, "gen_ai.response.id": "r2"}, "3000000000", "4000000000"), "spanId": "c2"}
+    # The proxy's span is listed first: which one is kept must not depend on the file's order.
+    w = load_request_log("otel", _otlp(tmp_path, proxy, engine, http, later, client))
+    assert [[(c.prompt_tokens, c.tool_gap_s) for c in s.calls] for s in w.sessions] == [[(30, 1.0), (30, 0.0)]]
+    assert w.extra["duplicate_spans"] == 2 and w.extra["skipped_records"] == 1

@@ -185,6 +185,10 @@ def _import_log(fmt: str, path: Path, out: Path, reuse: str) -> None:
     skipped = w.extra.get("skipped_records", 0)
     if skipped:
         typer.echo(f"skipped {skipped} records that are not LLM calls (no token usage, not a GenAI span)")
+    duplicates = w.extra.get("duplicate_spans", 0)
+    if duplicates:
+        typer.echo(f"skipped {duplicates} spans that repeat a call already counted (the same call seen by a "
+                   "proxy or the engine below the client)")
     warning = small_trace_warning(w, _SMALL_LOG_SESSIONS)
     if warning:
         typer.echo(f"warning: {warning}", err=True)

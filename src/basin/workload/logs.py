@@ -175,8 +175,9 @@ def _json_objects(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def build_workload(requests: Iterable[LoggedRequest], name: str, path: Path, fmt: str,
-                   reuse: Reuse = "append", skipped: int = 0) -> Workload:
-    """Group logged requests into sessions (module docstring has the rules)."""
+                   reuse: Reuse = "append", skipped: int = 0, counts: dict[str, int] | None = None) -> Workload:
+    """Group logged requests into sessions (module docstring has the rules); ``counts``
+    are the format's own tallies of what it set aside, kept in ``Workload.extra``."""
     ordered = sorted(requests, key=lambda r: (r.start_s, r.end_s))
     if not ordered:
         raise BasinInputError(f"{path}: no LLM requests with token usage found in this {fmt} log")
@@ -203,7 +204,8 @@ def build_workload(requests: Iterable[LoggedRequest], name: str, path: Path, fmt
         name=name, sessions=tuple(sessions), origin=str(path),
         description=f"{fmt} request log {path.name}: {len(ordered)} requests in {len(sessions)} sessions, "
                     f"at the log's own arrival times",
-        extra={SESSION_START_KEY: starts, "log_format": fmt, "reuse_rule": reuse, "skipped_records": skipped},
+        extra={SESSION_START_KEY: starts, "log_format": fmt, "reuse_rule": reuse, "skipped_records": skipped,
+               **(counts or {})},
     )
 
 
@@ -394,16 +396,35 @@ def read_otel_log(path: str | Path, reuse: Reuse = "append", fmt: str = "otel") 
 
     Session key: ``gen_ai.conversation.id``, else ``session.id``, else the
     span's ``traceId`` (one trace is one agent run or one client request).
+
+    One call seen at two hops (a client's span and a proxy's or engine's
+    span below it) is one request: an inference span with an inference span
+    among its ancestors, or one repeating an earlier span's
+    ``gen_ai.response.id`` in the same trace, is skipped and counted as a
+    duplicate; the outermost span (the client's) is kept.
     """
     path = Path(path)
+    spans = [(loc, span, _otel_attributes(loc, span.get("attributes"))) for loc, span in _otel_spans(path)]
+    inference = [_is_inference(attrs) for _, _, attrs in spans]
+    parents = {(s.get("traceId"), s.get("spanId")): s.get("parentSpanId") for _, s, _ in spans}
+    inference_ids = {(s.get("traceId"), s.get("spanId")) for (_, s, _), yes in zip(spans, inference) if yes}
     requests: list[LoggedRequest] = []
-    skipped = 0
-    for loc, span in _otel_spans(path):
-        attrs = _otel_attributes(loc, span.get("attributes"))
-        has_usage = any(a in attrs for a in _OTEL_INPUT + _OTEL_OUTPUT)
-        if not has_usage and attrs.get("gen_ai.operation.name") not in _OTEL_INFERENCE_OPS:
+    skipped = duplicates = 0
+    seen_responses: set[tuple[object, str]] = set()
+    # Outermost and earliest first, so of two spans of one call the client's is the one kept.
+    order = sorted(range(len(spans)), key=lambda i: (_otel_depth(spans[i][1], parents), _start_ns(spans[i][1])))
+    for i in order:
+        loc, span, attrs = spans[i]
+        if not inference[i]:
             skipped += 1
             continue
+        response_id = attrs.get("gen_ai.response.id")
+        hop_of_response = isinstance(response_id, str) and (span.get("traceId"), response_id) in seen_responses
+        if hop_of_response or _has_inference_ancestor(span, parents, inference_ids):
+            duplicates += 1
+            continue
+        if isinstance(response_id, str):
+            seen_responses.add((span.get("traceId"), response_id))
         counts = []
         for names in (_OTEL_INPUT, _OTEL_OUTPUT):
             name = next((a for a in names if a in attrs), None)
@@ -426,7 +447,39 @@ def read_otel_log(path: str | Path, reuse: Reuse = "append", fmt: str = "otel") 
                or _optional_text(loc, "gen_ai.request.id", attrs.get("gen_ai.request.id"))
                or _optional_text(loc, "spanId", span.get("spanId")) or f"{len(requests):06d}")
         requests.append(LoggedRequest(loc, rid, key, times[0], times[1], counts[0], counts[1]))
-    return build_workload(requests, path.name.split(".")[0], path, fmt, reuse, skipped)
+    return build_workload(requests, path.name.split(".")[0], path, fmt, reuse, skipped,
+                          {"duplicate_spans": duplicates})
+
+
+def _is_inference(attrs: dict[str, object]) -> bool:
+    """A model call: it reports token usage or names an inference operation."""
+    return (any(a in attrs for a in _OTEL_INPUT + _OTEL_OUTPUT)
+            or attrs.get("gen_ai.operation.name") in _OTEL_INFERENCE_OPS)
+
+
+def _otel_ancestors(span: dict[str, Any], parents: dict[tuple[object, object], object]) -> Iterator[object]:
+    """The span ids above ``span`` in its trace, nearest first (a cycle in a corrupt export ends the walk)."""
+    trace_id, parent = span.get("traceId"), span.get("parentSpanId")
+    seen: set[object] = set()
+    while parent and parent not in seen:
+        seen.add(parent)
+        yield parent
+        parent = parents.get((trace_id, parent))
+
+
+def _otel_depth(span: dict[str, Any], parents: dict[tuple[object, object], object]) -> int:
+    return sum(1 for _ in _otel_ancestors(span, parents))
+
+
+def _start_ns(span: dict[str, Any]) -> int:
+    """For ordering only: a missing or bad start is reported when the span is read."""
+    raw = span.get("startTimeUnixNano")
+    return int(raw) if isinstance(raw, (int, str)) and str(raw).isdigit() else 0
+
+
+def _has_inference_ancestor(span: dict[str, Any], parents: dict[tuple[object, object], object],
+                            inference_ids: set[tuple[object, object]]) -> bool:
+    return any((span.get("traceId"), a) in inference_ids for a in _otel_ancestors(span, parents))
 
 
 def read_vllm_log(path: str | Path, reuse: Reuse = "append") -> Workload:
@@ -513,14 +566,22 @@ _SGLANG_META = {name: re.compile(rf"'{name}': ({pattern})") for name, pattern in
 
 
 def read_sglang_log(path: str | Path, reuse: Reuse = "append") -> Workload:
-    """SGLang's server log with ``--log-requests``: one ``Finish:`` line per request.
+    """SGLang's request log (``--log-requests``), in either of its formats.
 
-    The ``out=`` part's ``meta_info`` holds ``prompt_tokens``,
+    Text (``--log-requests-format text``, the default): one ``Finish:`` line
+    per request, whose ``out=`` part's ``meta_info`` holds ``prompt_tokens``,
     ``completion_tokens``, ``cached_tokens`` and ``e2e_latency``; the line's
-    own time stamp (whole seconds) is the request's end and end minus
-    ``e2e_latency`` its start. Other lines are skipped and counted.
+    time stamp (whole seconds) is the request's end and end minus
+    ``e2e_latency`` its start.
 
-    Session key: none. SGLang logs no conversation id, so each request is a
+    JSON (``--log-requests-format json``): one object per line; those whose
+    ``event`` is ``request.finished`` carry the same ``out.meta_info`` and a
+    ``timestamp`` (microseconds) taken as the end. A batched request's ``out``
+    is a list: each element is a request of its own.
+
+    Other lines are skipped and counted. Session key: the request's
+    ``session_params.id`` (SGLang's own session API) in the JSON format;
+    otherwise none, since SGLang logs no conversation id: each request is a
     one-call session at its own arrival time (an arrival shape with token
     sizes, like the Azure trace).
     """
@@ -528,32 +589,80 @@ def read_sglang_log(path: str | Path, reuse: Reuse = "append") -> Workload:
     requests: list[LoggedRequest] = []
     skipped = 0
     for line_no, text in _open_text(path):
-        head = _SGLANG_FINISH.match(text)
-        if head is None:
-            skipped += 1
-            continue
         loc = where(path, line=line_no)
-        out_at = text.find(", out=", head.end())
-        if out_at < 0:
-            raise _fail(loc, "out", "missing from the Finish line; run SGLang with --log-requests at "
-                                    "--log-requests-level 0 or higher so the output metadata is logged")
-        meta: dict[str, str] = {}
-        for name, pattern in _SGLANG_META.items():
-            found = pattern.findall(text, out_at)
-            if found:
-                meta[name] = found[-1]  # meta_info follows the output text, so the last match is it
-        for name in ("prompt_tokens", "completion_tokens"):
-            if name not in meta:
-                raise _fail(loc, f"meta_info.{name}", "missing from the Finish line's out= part")
-        end = _timestamp(loc, "time stamp", head.group(1).replace(",", "."))
-        latency = float(meta.get("e2e_latency", "0"))
-        if not math.isfinite(latency) or latency < 0:
-            raise _fail(loc, "meta_info.e2e_latency", f"expected seconds >= 0, got {meta['e2e_latency']}")
-        cached = int(meta["cached_tokens"]) if "cached_tokens" in meta else None
-        rid = meta.get("id", "").strip("'") or f"{line_no:06d}"
-        requests.append(LoggedRequest(loc, rid, None, max(0.0, end - latency), end,
-                                      int(meta["prompt_tokens"]), int(meta["completion_tokens"]), cached))
+        if text.lstrip().startswith("{"):
+            found = _sglang_json_requests(loc, text, line_no)
+        else:
+            found = _sglang_text_request(loc, text, line_no)
+        if not found:
+            skipped += 1
+        requests += found
     return build_workload(requests, path.name.split(".")[0], path, "sglang", reuse, skipped)
+
+
+def _sglang_text_request(loc: str, text: str, line_no: int) -> list[LoggedRequest]:
+    head = _SGLANG_FINISH.match(text)
+    if head is None:
+        return []
+    out_at = text.find(", out=", head.end())
+    if out_at < 0:
+        raise _fail(loc, "out", "missing from the Finish line; run SGLang with --log-requests at "
+                                "--log-requests-level 0 or higher so the output metadata is logged")
+    meta: dict[str, object] = {}
+    for name, pattern in _SGLANG_META.items():
+        found = pattern.findall(text, out_at)
+        if found:
+            raw = found[-1]  # meta_info follows the output text, so the last match is it
+            meta[name] = raw.strip("'") if name == "id" else float(raw) if name == "e2e_latency" else int(raw)
+    end = _timestamp(loc, "time stamp", head.group(1).replace(",", "."))
+    return [_sglang_request(loc, meta, "meta_info", end, None, f"{line_no:06d}")]
+
+
+def _sglang_json_requests(loc: str, text: str, line_no: int) -> list[LoggedRequest]:
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BasinInputError(f"{loc}: malformed JSON ({exc.msg} at column {exc.colno}); SGLang's JSON request "
+                              f"log has one object per line") from exc
+    if not isinstance(record, dict) or record.get("event") != "request.finished":
+        return []
+    if "timestamp" not in record:
+        raise _fail(loc, "timestamp", "missing from a request.finished record")
+    end = _timestamp(loc, "timestamp", record["timestamp"])
+    outs = record.get("out")
+    if outs is None:
+        raise _fail(loc, "out", "missing; SGLang writes it for text generation (a multimodal-generation "
+                                "request has none and carries no token counts)")
+    outs = outs if isinstance(outs, list) else [outs]
+    obj = record.get("obj")
+    session = obj.get("session_params") if isinstance(obj, dict) else None
+    key = _optional_text(loc, "obj.session_params.id", session.get("id")) if isinstance(session, dict) else None
+    found = []
+    for i, out in enumerate(outs):
+        where_out = f"out[{i}]" if len(outs) > 1 else "out"
+        meta = out.get("meta_info") if isinstance(out, dict) else None
+        if not isinstance(meta, dict):
+            raise _fail(loc, f"{where_out}.meta_info", "missing or not an object")
+        found.append(_sglang_request(loc, meta, f"{where_out}.meta_info", end, key, f"{line_no:06d}-{i}"))
+    return found
+
+
+def _sglang_request(loc: str, meta: dict[str, object], prefix: str, end_s: float, key: str | None,
+                    fallback_id: str) -> LoggedRequest:
+    """One finished request from its ``meta_info`` and the time it was logged (its end)."""
+    for name in ("prompt_tokens", "completion_tokens"):
+        if name not in meta:
+            raise _fail(loc, f"{prefix}.{name}", "missing from the finished request's output metadata")
+    latency = meta.get("e2e_latency", 0.0)
+    if (isinstance(latency, bool) or not isinstance(latency, (int, float)) or not math.isfinite(latency)
+            or latency < 0):
+        raise _fail(loc, f"{prefix}.e2e_latency", f"expected seconds >= 0, got {latency!r}")
+    cached = meta.get("cached_tokens")
+    rid = _optional_text(loc, f"{prefix}.id", meta.get("id")) or fallback_id
+    return LoggedRequest(loc, rid, key, max(0.0, end_s - latency), end_s,
+                         _count(loc, f"{prefix}.prompt_tokens", meta["prompt_tokens"]),
+                         _count(loc, f"{prefix}.completion_tokens", meta["completion_tokens"]),
+                         None if cached is None else _count(loc, f"{prefix}.cached_tokens", cached))
 
 
 # --------------------------------------------------------------------------
