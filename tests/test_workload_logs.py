@@ -346,3 +346,41 @@ def test_otel_call_seen_by_client_and_proxy_counts_once(tmp_path: Path) -> None:
     w = load_request_log("otel", _otlp(tmp_path, proxy, engine, http, later, client))
     assert [[(c.prompt_tokens, c.tool_gap_s) for c in s.calls] for s in w.sessions] == [[(30, 1.0), (30, 0.0)]]
     assert w.extra["duplicate_spans"] == 2 and w.extra["skipped_records"] == 1
+
+
+def test_litellm_rows_built_by_litellm_itself() -> None:
+    """Rows from LiteLLM's own spend-log builder (scripts/litellm_spend_rows.py against the fake engine)."""
+    rows = json.loads((FIXTURES / "litellm-spend-real.json").read_text())
+    w = load_request_log("litellm", FIXTURES / "litellm-spend-real.json")
+    assert sorted(s.session_id for s in w.sessions) == ["agent-0", "agent-1", "agent-2"]
+    by_session: dict[str, list[tuple[int, int]]] = {}
+    for row in sorted(rows, key=lambda r: r["startTime"]):
+        by_session.setdefault(row["session_id"], []).append((row["prompt_tokens"], row["completion_tokens"]))
+    assert {s.session_id: [(c.prompt_tokens, c.output_tokens) for c in s.calls] for s in w.sessions} == by_session
+    assert all(c.tool_gap_s >= 0.04 for s in w.sessions for c in s.calls[:-1])  # the loop's 50 ms sleeps
+    # The engine's cached tokens, which LiteLLM keeps in the row's metadata, drive the 'cached' rule.
+    reported = {}
+    for row in rows:
+        details = json.loads(row["metadata"])["additional_usage_values"]["prompt_tokens_details"]
+        reported[(row["session_id"], row["prompt_tokens"])] = details["cached_tokens"]
+    cached = load_request_log("litellm", FIXTURES / "litellm-spend-real.json", reuse="cached")
+    for s in cached.sessions:
+        assert s.calls[0].new_tokens == s.calls[0].prompt_tokens
+        for c in s.calls[1:]:
+            assert 0 < reported[(s.session_id, c.prompt_tokens)] == c.prompt_tokens - c.new_tokens
+    # Without litellm_session_id, LiteLLM writes each request's own trace id: a session per request.
+    alone = load_request_log("litellm", FIXTURES / "litellm-spend-real-nosession.json")
+    assert len(alone.sessions) == 12 and all(len(s.calls) == 1 for s in alone.sessions)
+
+
+def test_litellm_cached_tokens_from_metadata(tmp_path: Path) -> None:
+    row = {"request_id": "r1", "startTime": "2026-03-01T10:00:00", "endTime": "2026-03-01T10:00:01",
+           "prompt_tokens": 100, "completion_tokens": 5, "session_id": "s", "status": "success"}
+    meta = {"additional_usage_values": {"prompt_tokens_details": {"cached_tokens": 70}}}
+    second = {**row, "request_id": "r2", "startTime": "2026-03-01T10:00:03", "endTime": "2026-03-01T10:00:04",
+              "prompt_tokens": 140, "metadata": json.dumps(meta)}
+    path = _write(tmp_path, "spend.jsonl", [row, second])
+    assert _by_id("litellm", path, reuse="cached")["s"][1] == Call(140, 70, 5)
+    path = _write(tmp_path, "bad.jsonl", [{**row, "metadata": "{not json"}])
+    with pytest.raises(BasinInputError, match=r"bad.jsonl line 1, field 'metadata': not valid JSON"):
+        load_request_log("litellm", path)

@@ -529,8 +529,11 @@ def read_litellm_log(path: str | Path, reuse: Reuse = "append") -> Workload:
     ``failure`` are skipped and counted.
 
     Session key: the ``session_id`` column (what a client sets with
-    ``litellm_session_id``), else one session per request. ``user`` and
-    ``end_user`` are not used: a user runs many sessions.
+    ``litellm_session_id``; without it LiteLLM writes each request's own
+    trace id there), else one session per request. ``user`` and
+    ``end_user`` are not used: a user runs many sessions. Cached tokens, for
+    ``reuse="cached"``, come from the row's ``metadata``
+    (``additional_usage_values.prompt_tokens_details.cached_tokens``).
     """
     path = Path(path)
     rows = _csv_objects(path) if path.name.lower().removesuffix(".gz").endswith(".csv") else _json_objects(path)
@@ -551,8 +554,27 @@ def read_litellm_log(path: str | Path, reuse: Reuse = "append") -> Workload:
         rid = _optional_text(loc, "request_id", row["request_id"]) or f"{len(requests):06d}"
         requests.append(LoggedRequest(loc, rid, key, start, end,
                                       _count(loc, "prompt_tokens", row["prompt_tokens"]),
-                                      _count(loc, "completion_tokens", row["completion_tokens"])))
+                                      _count(loc, "completion_tokens", row["completion_tokens"]),
+                                      _litellm_cached_tokens(loc, row.get("metadata"))))
     return build_workload(requests, path.name.split(".")[0], path, "litellm", reuse, skipped)
+
+
+def _litellm_cached_tokens(loc: str, metadata: object) -> int | None:
+    """The provider's cached prompt tokens, which LiteLLM keeps in the row's ``metadata``
+    (a JSON string in the table) under ``additional_usage_values.prompt_tokens_details``."""
+    if isinstance(metadata, str):
+        if not metadata.strip():
+            return None
+        try:
+            metadata = json.loads(metadata)
+        except json.JSONDecodeError:
+            raise _fail(loc, "metadata", "not valid JSON; export the spend-log table as LiteLLM writes it") from None
+    usage = metadata.get("additional_usage_values") if isinstance(metadata, dict) else None
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if cached is None:
+        return None
+    return _count(loc, "metadata.additional_usage_values.prompt_tokens_details.cached_tokens", cached)
 
 
 # --------------------------------------------------------------------------
