@@ -20,6 +20,12 @@ $(ENGINE_STAMP): $(STAMP) scripts/setup_engine.sh
 	PYTHON=$(VENV)/bin/python scripts/setup_engine.sh
 	touch $(ENGINE_STAMP)
 
+# The headless browser the report tests open pages in (Debian's chromium, once per machine).
+BROWSER_STAMP := $(VENV)/.browser
+$(BROWSER_STAMP): $(STAMP) scripts/setup_browser.sh
+	scripts/setup_browser.sh
+	touch $(BROWSER_STAMP)
+
 # The simulator's hot modules compiled with mypyc (about a minute; identical
 # results, about twice as fast). Without a compiler the pure-Python modules run;
 # basin.sim ignores a build older than its sources.
@@ -30,17 +36,19 @@ $(ACCEL_STAMP): $(STAMP) setup.py $(wildcard src/basin/sim/*.py)
 		|| echo "make accel: could not compile the simulator (see $(VENV)/accel.log); the pure-Python one runs"
 	@touch $(ACCEL_STAMP)
 
-.PHONY: setup engine accel run test lint bench bench-gateway lock
+.PHONY: setup engine browser accel run test lint bench bench-gateway lock
 setup: $(STAMP)
 
 engine: $(ENGINE_STAMP)
+
+browser: $(BROWSER_STAMP)
 
 accel: $(ACCEL_STAMP)
 
 run: $(STAMP)
 	$(VENV)/bin/basin run surge-1p3d --system hicache --system basin
 
-test: $(STAMP) $(ENGINE_STAMP) $(ACCEL_STAMP) lint
+test: $(STAMP) $(ENGINE_STAMP) $(BROWSER_STAMP) $(ACCEL_STAMP) lint
 	$(VENV)/bin/python -m pytest -q -m "not realtime"
 
 # Style and types: ruff and mypy, clean (part of `make test`, so CI runs them).

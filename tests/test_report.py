@@ -1,5 +1,5 @@
 """``basin report``: one self-contained, well-formed HTML page from a run,
-compare or sweep folder (parsed here; no browser in the test environment)."""
+compare or sweep folder (parsed here; tests/test_report_browser.py opens them in Chromium)."""
 
 from __future__ import annotations
 
