@@ -42,6 +42,19 @@ def test_tokens_are_bytes_over_four_with_at_least_one_per_message():
     assert [n for _, n in call.key] == [100, 3, 1, 11]  # [{"id":"1"}] is 12 bytes
 
 
+def test_a_message_is_one_piece_whatever_its_form():
+    """Plain {role, content} messages take a fast path; equal messages still give equal
+    pieces, and a message with any other field (or content parts) is another message."""
+    plain = {"role": "user", "content": "héllo wörld"}
+    same = dict(reversed(list(plain.items())))  # key order is not part of a message
+    named = {**plain, "name": "alice"}
+    parts = {"role": "user", "content": [{"type": "text", "text": "héllo wörld"}]}
+    key = parse_chat({"messages": [plain, same, named, parts]}).key
+    assert key[0] == key[1]
+    assert len({key[0][0], key[2][0], key[3][0]}) == 3
+    assert [n for _, n in key] == [4, 4, 4, 4]  # 13 UTF-8 bytes each, whatever the form
+
+
 def test_output_length_comes_from_the_request_or_the_default():
     assert parse_chat({"messages": convo("a")}).output_tokens == DEFAULT_MAX_TOKENS
     assert not parse_chat({"messages": convo("a")}).limited

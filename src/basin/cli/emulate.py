@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Optional
 
 import typer
+
+from basin.cli import eventloop
 
 
 def emulate(
@@ -42,7 +43,7 @@ def emulate(
                           listen_port=port, metrics_style=metrics_style, seed=seed, default_max_tokens=max_tokens)
     cfg.resolve()  # an unknown deployment or hardware fails here, before anything listens
     try:
-        asyncio.run(serve_forever(cfg, typer.echo))
+        eventloop.run(serve_forever(cfg, typer.echo))
     except KeyboardInterrupt:
         pass
     except OSError as exc:

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
+from basin.cli import eventloop
 from basin.gateway.adapters import engines_help
 
 
@@ -96,13 +95,7 @@ def gateway(
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     gateway_policy = build_policy(cfg)  # refused here, before anything listens, if a gateway cannot run it
     try:
-        import uvloop  # the faster event loop where it exists: the gateway is on every call's path
-
-        run_loop: Callable[[Coroutine[Any, Any, None]], None] = uvloop.run
-    except ImportError:
-        run_loop = asyncio.run
-    try:
-        run_loop(serve_forever(cfg, gateway_policy))
+        eventloop.run(serve_forever(cfg, gateway_policy))
     except KeyboardInterrupt:
         pass
     except OSError as exc:

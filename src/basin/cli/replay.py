@@ -3,7 +3,6 @@ workload at a steady rate or from a scenario, judged like a simulated run."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import sys
@@ -14,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from basin.cli import eventloop
 
 if TYPE_CHECKING:
     from basin.experiments.scenario import Scenario
@@ -96,7 +97,7 @@ def _workload_replay(workload: str, target: str, rate: float, duration_s: float,
     arrivals = schedule_sessions(workload, cfg, sessions)
     if not arrivals:
         raise BasinInputError(f"no session arrives in {duration_s:g} s at {rate:g}/min; raise --rate or --duration-s")
-    asyncio.run(check_target(target))
+    eventloop.run(check_target(target))
     log = ReplayLog()
     try:
         _, summary = _run(arrivals, cfg, log, None, (), as_json)
@@ -134,7 +135,7 @@ def _run(arrivals: list[SessionArrival], cfg: ReplaySettings, log: ReplayLog, re
     with Progress(TextColumn("replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=_err, disable=quiet) as bar:
         job = bar.add_task("sessions", total=len(arrivals))
-        return asyncio.run(run_replay(arrivals, cfg, lambda n: bar.update(job, completed=n), log=log,
+        return eventloop.run(run_replay(arrivals, cfg, lambda n: bar.update(job, completed=n), log=log,
                                       reference=reference, terminations=terminations))
 
 
@@ -184,7 +185,7 @@ def _scenario_replay(name: str, overrides: list[str], target: str, speed: float,
     duration_s = sc.duration_min * 60.0
     cfg = ReplaySettings(target=target, model=model, seed=sc.seed, speed=speed, stop_after_s=duration_s,
                          duration_s=duration_s, itl_slo_s=hardware.itl_slo_s)
-    asyncio.run(check_target(target))
+    eventloop.run(check_target(target))
     out_dir = (out or Path("results/replay") / sc.name) / system
     capacity = float(cache_capacity(dep, hardware).gpu_tokens)
     _err.print(f"replaying {len(arrivals)} sessions of {sc.name} against {target} at {speed:g}x: "

@@ -103,12 +103,19 @@ def message_piece(message: object, index: int) -> Piece:
     if not isinstance(role, str) or not role:
         raise RequestError(f"{where}.role", "expected a non-empty string such as 'user' or 'assistant'")
     text = _text_of(message, where)
-    try:
-        canonical = _CANONICAL(message).encode("utf-8", "surrogatepass")
-    except (TypeError, ValueError) as exc:
-        raise RequestError(where, f"cannot be read as JSON ({exc})") from None
-    tokens = max(1, math.ceil(len(text.encode("utf-8", "surrogatepass")) / BYTES_PER_TOKEN))
-    return _hash64(canonical), tokens
+    content = message.get("content")
+    if isinstance(content, str) and len(message) == 2:
+        # The common message, {role, content: text}: hashed from its two strings, without writing it
+        # out as JSON (a resent conversation is most of each call's bytes). The tag keeps it apart
+        # from every canonical JSON form, which starts with '{'.
+        whole = b"\x00".join((b"m", role.encode("utf-8", "surrogatepass"), content.encode("utf-8", "surrogatepass")))
+    else:
+        try:
+            whole = _CANONICAL(message).encode("utf-8", "surrogatepass")
+        except (TypeError, ValueError) as exc:
+            raise RequestError(where, f"cannot be read as JSON ({exc})") from None
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    return _hash64(whole), max(1, math.ceil(size / BYTES_PER_TOKEN))
 
 
 def _whole_number(body: Mapping[str, object], name: str, minimum: int) -> int | None:

@@ -226,11 +226,11 @@ class EmulatorServer:
     async def _stream(self, request: web.Request, handle: EmulatedCall, answer: _Answer,
                       first: asyncio.Event, done: asyncio.Event) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
         try:
+            await resp.prepare(request)
             await self._relay(resp, handle, answer, first, done)
         except ConnectionError:
-            pass  # the client went away mid-stream; the call runs to its end in the model
+            pass  # the client went away (before the headers or mid-stream); the call runs to its end in the model
         return resp
 
     async def _relay(self, resp: web.StreamResponse, handle: EmulatedCall, answer: _Answer,
