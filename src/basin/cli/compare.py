@@ -19,6 +19,7 @@ from basin.errors import BasinInputError
 
 if TYPE_CHECKING:
     from basin.experiments.compare import CompareRow, ScenarioInfo
+    from basin.experiments.scenario import Scenario
 
 _err = Console(stderr=True)
 
@@ -44,6 +45,21 @@ def compare(
     as_csv: bool = typer.Option(False, "--csv", help="Print the rows as CSV."),
     tables: bool = typer.Option(True, "--tables/--no-tables", help="Keep every run's Parquet tables under "
                                                                    "OUT/runs/<scenario>/<system>/seed-<n>/."),
+    switch_on: Optional[float] = typer.Option(None, "--switch-on", metavar="MIN",
+                                              help="Start every run under HiCache and switch its system on at "
+                                                   "minute MIN (a system that borrows prefill on decode "
+                                                   "instances starts under crossflow; crossflow runs from the "
+                                                   "start)."),
+    family: Optional[Path] = typer.Option(None, "--family", help="Also draw, per scenario, sessions and median "
+                                                                 "TTFT per minute and the CDFs of session slowdown "
+                                                                 "and new sessions' wait (Fig. 15/21) to this file "
+                                                                 "(with several scenarios, -<scenario> is added "
+                                                                 "before the suffix)."),
+    bands: Optional[str] = typer.Option(None, "--bands", help="With --family: draw this system's actions "
+                                                              "(lending, priority order, admission limit, "
+                                                              "shedding) as bands over the sessions panel."),
+    parked: bool = typer.Option(True, "--parked/--active-only", help="With --family: count sessions parked at "
+                                                                     "the router in the sessions panel."),
 ) -> None:
     """Run every system on every scenario in parallel; print goodput per system
     and scenario, as a percentage of the best, and median slowdown as a
@@ -68,11 +84,17 @@ def compare(
 
     if as_json and as_csv:
         raise BasinInputError("--json and --csv both choose what is printed: give one")
+    if family is not None and not tables:
+        raise BasinInputError("--family draws from the runs' tables: drop --no-tables")
+    if bands is not None and family is None:
+        raise BasinInputError("--bands draws on the --family figure: give --family FILE too")
     workers = parse_jobs(jobs)
     if doc is not None:
         check_doc(doc)  # before any run, not after all of them
     overrides = list(set_ or [])
     systems = expand_systems(system or ["all"])
+    if bands is not None and bands not in systems:
+        raise BasinInputError(f"--bands {bands}: not a system of this run ({', '.join(systems)})")
     loaded = []
     warnings: list[str] = []
     notes: list[str] = []
@@ -97,7 +119,7 @@ def compare(
     bar = _err.is_terminal and not (as_json or as_csv)
     with JobProgress("compare", total, stream=sys.stderr, terminal=bar) as tick:
         rows, infos = run_compare(scenarios, systems, overrides, seeds, workers, progress=tick,
-                                  tables_dir=runs_dir if tables else None)
+                                  tables_dir=runs_dir if tables else None, switch_on_min=switch_on)
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps(row_dicts(rows), indent=1))
     (out / "compare.csv").write_text(rows_csv(rows), encoding="utf-8")
@@ -110,6 +132,10 @@ def compare(
         path = img_dir / (f"results-{folders[key]}.png" if doc is not None else f"{folders[key]}-bins.png")
         plot_bins(rows, info, path, key=key)
         bin_plots[key] = path
+    family_plots = {}
+    if family is not None:
+        family_plots = draw_families(rows, loaded, folders, runs_dir, family, bands=bands,
+                                     include_parked=parked, switch_on=switch_on)
     from basin.experiments.runner import params_for, resolved_params
 
     write_provenance(out, provenance(loaded, {
@@ -118,6 +144,8 @@ def compare(
         {"seeds": list(seeds) if seeds else None, "warnings": warnings, "notes": notes,
          "outputs": {"rows": "compare.json", "csv": "compare.csv", "plot": str(plot_path),
                      "bin_plots": {k: str(v) for k, v in bin_plots.items()},
+                     "family_plots": {k: str(v) for k, v in family_plots.items()},
+                     "switch_on_min": switch_on,
                      "run_tables": str(runs_dir) if tables else None, "doc": str(doc) if doc else None}}))
     if doc is not None:
         command = "basin compare " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else ""
@@ -131,6 +159,45 @@ def compare(
     print_tables(rows, infos, Console(width=max(Console().width, 140)))
     _err.print(f"rows in {out / 'compare.json'} and compare.csv; plot in {plot_path}; provenance.json in {out}"
                + (f"; run tables in {runs_dir}" if tables else "") + (f"; tables in {doc}" if doc is not None else ""))
+
+
+def draw_families(rows: Sequence[CompareRow], loaded: Sequence[tuple[str, Scenario, Sequence[str]]],
+                  folders: Mapping[str, str], runs_dir: Path, family: Path, *, bands: str | None,
+                  include_parked: bool, switch_on: float | None) -> dict[str, Path]:
+    """The ``--family`` figure of each scenario, from the run tables under ``runs_dir``."""
+    from basin.experiments.compare import switch_on_start
+    from basin.experiments.plots import intervention_marks, plot_family
+    from basin.metrics.io import read_run
+
+    def label(system: str) -> str:
+        """With --switch-on, a system that did not start under HiCache says what it started under."""
+        if switch_on is None or system == "hicache":
+            return system
+        start = switch_on_start(system)
+        return f"{system} (from the start)" if start is None else (
+            system if start == "hicache" else f"{system} (after {start})")
+
+    out: dict[str, Path] = {}
+    for arg, sc, overrides in loaded:
+        mine = [r for r in rows if r.scenario == arg]
+        runs = {label(r.system): [read_run(runs_dir / folders[arg] / r.system / f"seed-{seed}")
+                                  for seed in r.seeds] for r in mine}
+        path = family if len(loaded) == 1 else family.with_name(f"{family.stem}-{folders[arg]}{family.suffix}")
+        # --switch-on replaces the scenario's own switches.
+        marks = intervention_marks([iv for iv in sc.interventions if switch_on is None or iv.switch_policy is None])
+        if switch_on is not None:
+            marks.append((switch_on, "each system switched on"))
+        shade = [(sc.surge.start_min, sc.surge.end_min)] if sc.surge.factor != 1.0 else []
+        seeds = sorted({s for r in mine for s in r.seeds})
+        plot_family(runs, path, measure_end_s=sc.measure_end_min * 60.0, run_end_s=sc.duration_min * 60.0,
+                    shade_windows=shade, interventions=marks,
+                    bands_of=None if bands is None else label(bands), include_parked=include_parked,
+                    goodput_per_h={label(r.system): r.goodput_per_h for r in mine},
+                    title=f"{sc.name}" + (f" ({', '.join(overrides)})" if overrides else "")
+                          + f": time series of seed {seeds[0]}, distributions over seed(s) "
+                          f"{', '.join(str(s) for s in seeds)}")
+        out[arg] = path
+    return out
 
 
 def print_tables(rows: Sequence[CompareRow], infos: Mapping[str, ScenarioInfo], console: Console) -> None:

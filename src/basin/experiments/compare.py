@@ -30,6 +30,8 @@ from basin.plotting import save_figure
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from basin.experiments.scenario import Scenario
+
 #: Display order (the paper's); systems registered later follow alphabetically.
 PAPER_ORDER = ("hicache", "thunderagent", "concur", "continuum", "crossflow", "composition", "basin-prior", "basin")
 BIN_MIN = 5.0
@@ -73,6 +75,8 @@ def describe(scenario_name: str, overrides: Sequence[str] = ()) -> ScenarioInfo:
         kind = "GPU only"
     elif sc.workload.tool_time != 1.0:
         kind = f"tools x{sc.workload.tool_time:g}"
+    elif sc.workload.output != 1.0:
+        kind = f"outputs x{sc.workload.output:g}" + (f", x{sc.surge.factor:g} surge" if sc.surge.factor != 1.0 else "")
     elif sc.surge.factor != 1.0:
         kind = f"x{sc.surge.factor:g} surge"
     else:
@@ -140,23 +144,73 @@ def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else math.nan
 
 
+def switch_on_start(system: str) -> str | None:
+    """The policy a ``--switch-on`` run of ``system`` starts under, or None
+    when ``system`` is not switched (HiCache, which is what runs before the
+    switch anyway). A policy that borrows prefill on decode instances cannot
+    switch that on mid-run (the engine wires it in at the start): it starts
+    under ``crossflow``, whose borrowing is the same, and ``crossflow`` itself
+    runs from the start."""
+    from basin.policy.registry import policy_class
+
+    if system == "hicache":
+        return None
+    borrowing = policy_class(system)().needs.decode_prefill_borrowing
+    if borrowing is None:
+        return "hicache"
+    if system == "crossflow" or policy_class("crossflow")().needs.decode_prefill_borrowing != borrowing:
+        return None
+    return "crossflow"
+
+
+def switched_scenario(sc: Scenario, system: str, at_min: float) -> tuple[Scenario, str]:
+    """``sc`` as a ``--switch-on`` run of ``system``: the scenario and the
+    policy to start under (``system`` itself when it is not switched). The
+    scenario's own ``switch_policy`` interventions are replaced by the one
+    switch to ``system`` (its other interventions stay)."""
+    from basin.experiments.scenario import InterventionSpec
+
+    kept = tuple(iv for iv in sc.interventions if iv.switch_policy is None)
+    start = switch_on_start(system)
+    if start is None:
+        return sc.model_copy(update={"interventions": kept}), system
+    switch = InterventionSpec(at_min=at_min, switch_policy=system)
+    return sc.model_copy(update={"interventions": (*kept, switch)}), start
+
+
 def run_one(job: tuple[str, tuple[str, ...], str, int] | tuple[str, tuple[str, ...], str, int, str | None]
-            ) -> dict[str, object]:
+            | tuple[str, tuple[str, ...], str, int, str | None, float | None]) -> dict[str, object]:
     """One run; returns plain numbers (it crosses a process boundary). A
     fifth element of ``job`` is a folder for the run's tables (written here,
-    in the worker, so that no table crosses the boundary)."""
+    in the worker, so that no table crosses the boundary); a sixth, a minute
+    at which the system is switched on in a run that starts under HiCache
+    (:func:`switched_scenario`).
+
+    The written time series carries the policy's action columns
+    (:mod:`basin.metrics.actions`), read from the run's policy driver."""
     from basin.experiments.runner import params_for, run_scenario
     from basin.experiments.scenario import load_scenario
+    from basin.metrics.actions import with_action_columns
+    from basin.policy.driver import capture_drivers
 
     scenario, overrides, system, seed = job[:4]
     tables = job[4] if len(job) > 4 else None
+    switch_on = job[5] if len(job) > 5 else None
     sc = load_scenario(scenario, [*overrides, f"seed={seed}"])
+    start = system
+    if switch_on is not None:
+        sc, start = switched_scenario(sc, system, float(switch_on))
     # The parameters this system has (run_compare checked them all before the first run).
-    result = run_scenario(sc, system, params=dict(params_for(sc, [system], strict=False).given[system]))
+    with capture_drivers() as drivers:
+        result = run_scenario(sc, start, params=dict(params_for(sc, [start], strict=False).given[start]))
     if tables is not None:
         from basin.metrics.io import write_run
 
-        write_run(tables, result.result.calls, result.result.sessions, result.result.timeseries, result.summary)
+        timeseries = result.result.timeseries
+        if drivers:
+            log = drivers[-1].actions
+            timeseries = with_action_columns(timeseries, log.changes, log.shed_s)
+        write_run(tables, result.result.calls, result.result.sessions, timeseries, result.summary)
     s = result.summary
     calls, sessions = result.result.calls, result.result.sessions
     arrivals, all_waits = _first_token_waits(calls, sessions, s.duration_s)
@@ -252,11 +306,14 @@ def run_folders(scenarios: Sequence[str]) -> dict[str, str]:
 def run_compare(scenarios: Sequence[str], systems: Sequence[str], overrides: Sequence[str] = (),
                 seeds: Sequence[int] | None = None, workers: int | None = None,
                 progress: Callable[[int, int], None] | None = None,
-                tables_dir: Path | None = None) -> tuple[list[CompareRow], dict[str, ScenarioInfo]]:
+                tables_dir: Path | None = None,
+                switch_on_min: float | None = None) -> tuple[list[CompareRow], dict[str, ScenarioInfo]]:
     """Run every system on every scenario (and seed) over a process pool;
     with ``tables_dir``, each run's tables go to
     ``tables_dir/<scenario>/<system>/seed-<n>/``. Rows and infos are keyed by
-    the scenario as given (a name or a path)."""
+    the scenario as given (a name or a path). With ``switch_on_min`` every
+    run starts under HiCache and its system is switched on at that minute
+    (:func:`switched_scenario`); rows keep the system's name."""
     from basin.experiments.runner import check_runnable
     from basin.experiments.scenario import load_scenario
 
@@ -270,7 +327,8 @@ def run_compare(scenarios: Sequence[str], systems: Sequence[str], overrides: Seq
     for name in scenarios:
         sc_seeds = list(seeds) if seeds else [load_scenario(name, list(overrides)).seed]
         jobs += [(name, tuple(overrides), system, seed,
-                  None if tables_dir is None else str(tables_dir / folders[name] / system / f"seed-{seed}"))
+                  None if tables_dir is None else str(tables_dir / folders[name] / system / f"seed-{seed}"),
+                  switch_on_min)
                  for system in systems for seed in sc_seeds]
     results = run_jobs(run_one, jobs, workers, progress)
     return aggregate(results, infos, systems), infos

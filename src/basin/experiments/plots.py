@@ -80,7 +80,8 @@ def _mark(axes: Sequence[Axes], marks: Sequence[tuple[float, str]]) -> None:
 
 def plot_run_timeseries(timeseries_by_system: Mapping[str, Table], out_png: str | os.PathLike[str], *,
                         shade_windows: Sequence[tuple[float, float]] = (),
-                        interventions: Sequence[tuple[float, str]] = (), title: str | None = None) -> Figure:
+                        interventions: Sequence[tuple[float, str]] = (), title: str | None = None,
+                        bands_of: str | None = None, include_parked: bool = False) -> Figure:
     """One PNG of five stacked per-minute panels for one or more runs of the same scenario.
 
     Panels: active sessions (split by tag for a single run, the total per run
@@ -92,12 +93,18 @@ def plot_run_timeseries(timeseries_by_system: Mapping[str, Table], out_png: str 
     surge, shaded on every panel; ``interventions`` are ``(minute, label)``
     marks (:func:`intervention_marks`), a labelled line on every panel.
     Several runs get one colour each and one legend outside the panels, so
-    eight overlaid systems stay legible. Returns the figure (already saved).
+    eight overlaid systems stay legible. ``bands_of`` names the run whose
+    action columns (:mod:`basin.metrics.actions`; lending and parking read
+    from older tables) are drawn as bands at the top of the active panel;
+    ``include_parked`` adds sessions parked at the router to each run's total.
+    Returns the figure (already saved).
     """
     from matplotlib.ticker import EngFormatter
 
     if not timeseries_by_system:
         raise ValueError("plot_run_timeseries needs at least one run")
+    if bands_of is not None and bands_of not in timeseries_by_system:
+        raise ValueError(f"plot_run_timeseries: no run of '{bands_of}' to draw action bands from")
     single = len(timeseries_by_system) == 1
     from matplotlib.lines import Line2D
 
@@ -110,13 +117,16 @@ def plot_run_timeseries(timeseries_by_system: Mapping[str, Table], out_png: str 
         color = style["color"]
         # Row m holds the minute [m, m+1): draw it at the minute's middle.
         minute = floats(ts, "minute") + 0.5
+        total = floats(ts, "active_sessions")
+        if include_parked and "parked_sessions" in ts:
+            total = total + np.nan_to_num(floats(ts, "parked_sessions"))
         if single:
-            ax_active.plot(minute, floats(ts, "active_sessions"), color="k", lw=1.5, label="all")
+            ax_active.plot(minute, total, color="k", lw=1.5, label="all" + (" + parked" if include_parked else ""))
             for i, col in enumerate(_tag_columns(ts)):
                 ax_active.plot(minute, floats(ts, col), color=f"C{i % 10}", lw=1.2,
                                label=col.removeprefix(ACTIVE_TAG_PREFIX))
         else:
-            ax_active.plot(minute, floats(ts, "active_sessions"), lw=1.2, label=system, **style)
+            ax_active.plot(minute, total, lw=1.2, label=system, **style)
 
         ax_hit.plot(minute, hit_rate_per_minute(ts), lw=1.2, label=system, **style)
 
@@ -143,7 +153,10 @@ def plot_run_timeseries(timeseries_by_system: Mapping[str, Table], out_png: str 
         _shade(ax, shade_windows, label=i == 0)
         ax.grid(True, alpha=0.3)
     _mark(axes, interventions)
-    ax_active.set_ylabel("active sessions")
+    if bands_of is not None:
+        drawn = _draw_bands(ax_active, timeseries_by_system[bands_of], bands_of)
+        ax_active.set_ylim(0.0, ax_active.get_ylim()[1] / _band_room(drawn))
+    ax_active.set_ylabel("sessions (active + parked)" if include_parked else "active sessions")
     ax_hit.set_ylabel("prefix hit rate")
     ax_hit.set_ylim(0.0, 1.02)
     ax_ttft.set_ylabel("median TTFT (s)")
@@ -275,3 +288,214 @@ def plot_profile(profile: CliffProfile, out_png: str | os.PathLike[str]) -> Path
     fig.suptitle(f"cliff profile: {profile.deployment} ({profile.prefill_instances}P{profile.decode_instances}D, "
                  f"{host}, {profile.router}), {profile.workload}, {profile.repeats} ramps")
     return _save(fig, out_png)
+
+
+# ------------------------------------------------ figure families (Fig. 15, 21)
+#: One seed of one system: its ``(calls, sessions, timeseries)`` tables.
+RunTables = tuple[Table, Table, Table]
+
+#: Action bands drawn at the top of the sessions panel, top to bottom:
+#: (column, label, colour). ``sessions_shed`` is a count, the others shares.
+ACTION_BANDS: tuple[tuple[str, str, str], ...] = (
+    ("policy_lending", "lends decode memory", "tab:green"),
+    ("policy_ordering", "orders queues by priority", "tab:blue"),
+    ("policy_admission_limited", "limits admission", "tab:orange"),
+    ("sessions_shed", "sheds", "tab:red"),
+)
+#: Height of one band, as a fraction of the sessions panel.
+BAND_HEIGHT = 0.045
+
+
+def _runs_of_minutes(on: np.ndarray) -> list[tuple[int, int]]:
+    """``[(first, end)]`` minute spans where ``on`` holds (end exclusive)."""
+    spans: list[tuple[int, int]] = []
+    start: int | None = None
+    for m, v in enumerate(on):
+        if v and start is None:
+            start = m
+        elif not v and start is not None:
+            spans.append((start, m))
+            start = None
+    if start is not None:
+        spans.append((start, len(on)))
+    return spans
+
+
+def action_band_spans(timeseries: Table) -> dict[str, list[tuple[float, float]]]:
+    """Per action column the table has, the ``(start_min, end_min)`` spans in
+    which the policy took that action at some point of the minute. Minutes are
+    the table's ``minute`` column (row ``m`` covers ``[m, m+1)``). A column the
+    table lacks is absent (not an empty list): nothing is known of it."""
+    minute = floats(timeseries, "minute")
+    out: dict[str, list[tuple[float, float]]] = {}
+    for column, _, _ in ACTION_BANDS:
+        if column not in timeseries:
+            continue
+        on = np.nan_to_num(floats(timeseries, column)) > 0
+        out[column] = [(float(minute[a]), float(minute[b - 1]) + 1.0) for a, b in _runs_of_minutes(on)]
+    return out
+
+
+def _draw_bands(ax: Axes, timeseries: Table, system: str) -> list[str]:
+    """Bands at the top of ``ax`` for ``system``'s actions; returns the labels drawn."""
+    from basin.metrics.actions import derived_action_columns
+
+    table = {**timeseries, **derived_action_columns(timeseries)}
+    spans = action_band_spans(table)
+    drawn = []
+    for k, (column, label, colour) in enumerate(ACTION_BANDS):
+        if not spans.get(column):
+            continue
+        top = 1.0 - k * BAND_HEIGHT
+        for i, (a, b) in enumerate(spans[column]):
+            ax.axvspan(a, b, ymin=top - BAND_HEIGHT * 0.85, ymax=top, color=colour, alpha=0.85, lw=0,
+                       zorder=4, label=f"{system} {label}" if i == 0 else None)
+        ax.annotate(label, xy=(1.0, top - BAND_HEIGHT / 2), xycoords="axes fraction", xytext=(3, 0),
+                    textcoords="offset points", va="center", ha="left", fontsize="x-small", color=colour)
+        drawn.append(column)
+    if not drawn:
+        ax.annotate(f"{system}: no action taken", xy=(1.0, 1.0 - BAND_HEIGHT / 2), xycoords="axes fraction",
+                    xytext=(3, 0), textcoords="offset points", va="center", ha="left", fontsize="x-small")
+    return drawn
+
+
+def _band_room(drawn: Sequence[str]) -> float:
+    """Share of a panel's height the curves may use below the drawn bands."""
+    if not drawn:
+        return 1.0
+    rows = max(k for k, (c, _, _) in enumerate(ACTION_BANDS) if c in drawn) + 1
+    return max(1.0 - BAND_HEIGHT * (rows + 0.5), 0.5)
+
+
+def session_slowdowns(sessions: Table, *, measure_end_s: float, run_end_s: float) -> tuple[np.ndarray, int]:
+    """Slowdowns of the measured sessions that completed, and how many
+    measured sessions did not (still running or parked at the run's end, or
+    shed): the population of the slowdown CDF."""
+    from basin.metrics.sessions import session_outcomes
+
+    out = session_outcomes(sessions, measure_end_s=measure_end_s, run_end_s=run_end_s)
+    m = out.measured
+    done = m & out.completed
+    return out.slowdown[done], int((m & ~out.completed).sum())
+
+
+def new_session_waits(calls: Table, sessions: Table, *, measure_end_s: float, run_end_s: float) -> np.ndarray:
+    """Wait of each measured, non-shed new session from arrival to its first
+    token; a session whose first call never finished counts with the time it
+    had waited by the run's end."""
+    arrival = floats(sessions, "arrival_s")
+    keep = ~(np.asarray(sessions["warm"], dtype=bool) | np.asarray(sessions["shed"], dtype=bool))
+    keep &= arrival < measure_end_s
+    first = np.full(len(arrival), np.nan)
+    idx = np.asarray(calls["call_index"]) == 0
+    first[np.asarray(calls["session_uid"])[idx].astype(int)] = floats(calls, "first_token_s")[idx]
+    wait = np.where(np.isnan(first), run_end_s - arrival, first - arrival)
+    return wait[keep]
+
+
+def _cdf(ax: Axes, values: np.ndarray, n_total: int, edge: float | None, **style: object) -> None:
+    """Empirical CDF of ``values`` over ``n_total`` sessions; the rest jump in at ``edge``."""
+    v = np.sort(values[np.isfinite(values)])
+    if n_total == 0:
+        return
+    y = np.arange(1, v.size + 1) / n_total
+    xs, ys = list(v), list(y)
+    if edge is not None and v.size < n_total:
+        xs += [edge, edge]
+        ys += [v.size / n_total, 1.0]
+    ax.step(xs, ys, where="post", **style)  # type: ignore[arg-type]
+
+
+def plot_family(runs: Mapping[str, Sequence[RunTables]], out_png: str | os.PathLike[str], *,
+                measure_end_s: float, run_end_s: float, shade_windows: Sequence[tuple[float, float]] = (),
+                interventions: Sequence[tuple[float, str]] = (), bands_of: str | None = None,
+                include_parked: bool = True, goodput_per_h: Mapping[str, float] | None = None,
+                slowdown_limit: float = 4.0, title: str | None = None) -> Figure:
+    """The figure of one scenario across systems (the paper's Fig. 15 and 21):
+    (a) sessions per minute (active, plus parked at the router unless
+    ``include_parked`` is off), (b) median TTFT per minute, (c) CDF of session
+    slowdown over measured sessions, those that never completed at the right
+    edge, and (d) CDF of new sessions' wait to their first token.
+
+    ``runs`` maps each system to its seeds' tables; the time series are the
+    first seed's, the CDFs pool every seed. ``bands_of`` names the system
+    whose action columns (:mod:`basin.metrics.actions`) are drawn as bands at
+    the top of (a). ``goodput_per_h`` adds each system's goodput to its legend
+    entry. Returns the figure (already saved).
+    """
+    if not runs:
+        raise ValueError("plot_family needs at least one run")
+    if bands_of is not None and bands_of not in runs:
+        raise ValueError(f"plot_family: no run of '{bands_of}' to draw action bands from "
+                         f"(runs: {', '.join(runs)})")
+    fig = _new_figure(13.0, 8.5)
+    (ax_n, ax_t), (ax_s, ax_w) = fig.subplots(2, 2)
+    slowdowns = {}
+    for system, seeds in runs.items():
+        if not seeds:
+            raise ValueError(f"plot_family: no tables for '{system}'")
+        parts = [session_slowdowns(s, measure_end_s=measure_end_s, run_end_s=run_end_s) for _, s, _ in seeds]
+        slowdowns[system] = (np.concatenate([p[0] for p in parts]), sum(p[1] for p in parts))
+    finite = [float(np.max(v)) for v, _ in slowdowns.values() if v.size]
+    edge = 10.0 ** np.ceil(np.log10(max(max(finite, default=10.0) * 1.2, 10.0)))
+    for i, (system, seeds) in enumerate(runs.items()):
+        style = _system_style(i)
+        label = system if goodput_per_h is None or system not in goodput_per_h else \
+            f"{system} ({goodput_per_h[system]:.0f}/h)"
+        _, _, ts = seeds[0]
+        minute = floats(ts, "minute") + 0.5
+        n = floats(ts, "active_sessions")
+        if include_parked and "parked_sessions" in ts:
+            n = n + np.nan_to_num(floats(ts, "parked_sessions"))
+        ax_n.plot(minute, n, lw=1.3, label=label, **style)
+        ttft = floats(ts, "ttft_p50_s")
+        ax_t.plot(minute, np.where(ttft > 0, ttft, np.nan), lw=1.2, **style)
+        values, unfinished = slowdowns[system]
+        _cdf(ax_s, values, values.size + unfinished, edge, lw=1.3, **style)
+        waits = np.concatenate([new_session_waits(c, s, measure_end_s=measure_end_s, run_end_s=run_end_s)
+                                for c, s, _ in seeds])
+        _cdf(ax_w, np.maximum(waits, 0.01), waits.size, None, lw=1.3, **style)
+    for i, ax in enumerate((ax_n, ax_t)):
+        _shade(ax, shade_windows, label=i == 0)
+        ax.grid(True, alpha=0.3)
+        ax.set_xlabel("time (min)")
+    # The labels go where no band is drawn.
+    _mark([ax_t, ax_n] if bands_of is not None else [ax_n, ax_t], interventions)
+    if bands_of is not None:
+        _, _, ts = runs[bands_of][0]
+        drawn = _draw_bands(ax_n, ts, bands_of)
+        # Room for the bands above the curves.
+        ax_n.set_ylim(0.0, ax_n.get_ylim()[1] / _band_room(drawn))
+    else:
+        ax_n.set_ylim(bottom=0.0)
+    ax_n.set_ylabel("sessions (active + parked)" if include_parked else "active sessions")
+    ax_n.set_title("(a) sessions", fontsize="medium")
+    ax_t.set_ylabel("median TTFT (s)")
+    ax_t.set_yscale("log")
+    ax_t.set_title("(b) median TTFT of the minute's calls", fontsize="medium")
+    ax_s.axvline(slowdown_limit, color="0.4", ls=":", lw=1.0)
+    ax_s.axvline(edge, color="0.2", ls="--", lw=1.0)
+    ax_s.annotate("not completed", xy=(edge, 0.02), xytext=(-3, 0), textcoords="offset points", rotation=90,
+                  ha="right", va="bottom", fontsize="x-small")
+    ax_s.annotate(f"good: <= {slowdown_limit:g}", xy=(slowdown_limit, 0.98), xytext=(3, 0),
+                  textcoords="offset points", ha="left", va="top", fontsize="x-small")
+    ax_s.set_xscale("log")
+    ax_s.set_xlim(1.0, edge * 1.15)
+    ax_s.set_ylim(0.0, 1.02)
+    ax_s.set_xlabel("session slowdown (elapsed / unloaded, first-call wait included)")
+    ax_s.set_ylabel("CDF of measured sessions")
+    ax_s.set_title("(c) session slowdown", fontsize="medium")
+    ax_w.set_xscale("log")
+    ax_w.set_ylim(0.0, 1.02)
+    ax_w.set_xlabel("wait of new session to its first token (s; below 10 ms drawn at 10 ms)")
+    ax_w.set_ylabel("CDF of measured sessions")
+    ax_w.set_title("(d) wait of new sessions", fontsize="medium")
+    for ax in (ax_s, ax_w):
+        ax.grid(True, alpha=0.3)
+    handles, labels = ax_n.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize="small",
+               title="system" if goodput_per_h is None else "system (goodput)")
+    if title:
+        fig.suptitle(title)
+    _save(fig, out_png)
+    return fig

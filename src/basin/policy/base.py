@@ -220,6 +220,12 @@ class Policy:
         """Periodic tick. ``parked`` lists parked session uids in arrival order."""
         return ControlDecision(next_tick_s=30.0)
 
+    def limiting_admission(self) -> bool:
+        """True while the policy's own admission gate is engaged, whether or
+        not anyone waits at it now (read for the run's action record, never by
+        the engine; a policy without such a gate: never)."""
+        return False
+
     def priority_key(self, uid: int) -> float | None:
         """Fixed session priority for both engine queues (lower first);
         None keeps arrival order for that session."""

@@ -383,6 +383,10 @@ class BasinPolicy(Policy):
         sess = self.sessions.get(uid)
         return sess.prio if sess is not None and self.params.priority else None
 
+    def limiting_admission(self) -> bool:
+        """Admission by predicted peak is active (``W`` reached ``B0``; released after the cool-down)."""
+        return self.state.admit
+
     # -------------------------------------------------------------- control
     def control(self, signals: Signals, parked: Sequence[int]) -> ControlDecision:
         p, st, now = self.params, self.state, signals.now_s

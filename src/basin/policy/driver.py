@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from basin.policy.base import Admission, ControlDecision, Policy, SessionInfo, Signals
@@ -70,6 +72,48 @@ class DriverHost(Protocol):
         """Decode memory lent as cache or not (called at every tick)."""
 
 
+@dataclass(slots=True)
+class ActionLog:
+    """What the policy did to the engine and to admission, as its driver
+    applied it: for the per-minute action columns of a run's time series
+    (:func:`basin.metrics.actions.action_columns`). Observation only; nothing
+    here feeds back into a decision.
+
+    ``changes`` holds ``(time_s, lending, ordering, admission_limited)``
+    whenever one of the three changes, starting with all off at time 0:
+    *lending* and *ordering* are the last control decision's
+    ``lend_decode_memory`` and ``order_by_priority``; *admission limited*
+    holds while the policy's own admission gate is engaged
+    (:meth:`~basin.policy.base.Policy.limiting_admission`) or any session is
+    parked. ``shed_s`` is the time of each shed session (at arrival or from the
+    parked queue)."""
+
+    changes: list[tuple[float, bool, bool, bool]] = field(default_factory=lambda: [(0.0, False, False, False)])
+    shed_s: list[float] = field(default_factory=list)
+
+    def note(self, now_s: float, lending: bool, ordering: bool, limited: bool) -> None:
+        last = self.changes[-1]
+        if (last[1], last[2], last[3]) != (lending, ordering, limited):
+            self.changes.append((now_s, lending, ordering, limited))
+
+
+#: Drivers created while :func:`capture_drivers` is open are appended here.
+_CAPTURE: ContextVar[list[PolicyDriver] | None] = ContextVar("basin_policy_drivers", default=None)
+
+
+@contextmanager
+def capture_drivers() -> Iterator[list[PolicyDriver]]:
+    """Collect every :class:`PolicyDriver` created inside the block (in this
+    thread or task), so that a caller of a whole run (``run_scenario``) can
+    read the run's :class:`ActionLog` afterwards without the run returning it."""
+    sink: list[PolicyDriver] = []
+    token = _CAPTURE.set(sink)
+    try:
+        yield sink
+    finally:
+        _CAPTURE.reset(token)
+
+
 class Standing(enum.Enum):
     PARKED = "parked"
     ADMITTED = "admitted"
@@ -96,6 +140,10 @@ class PolicyDriver:
         self.last_signals: Signals | None = None
         self.last_decision: ControlDecision | None = None
         self._arrivals: deque[float] = deque()
+        self.actions = ActionLog()
+        sink = _CAPTURE.get()
+        if sink is not None:
+            sink.append(self)
 
     # ------------------------------------------------------------ signals
     def arrival_rate_per_min(self, now_s: float) -> float:
@@ -146,7 +194,15 @@ class PolicyDriver:
         else:
             self.policy.on_session_finished(info.uid, info.arrival_s)
             self.host.shed(info.uid, "policy")
+            self.actions.shed_s.append(info.arrival_s)
+        self._note_actions(info.arrival_s)
         return verdict
+
+    def _note_actions(self, now_s: float) -> None:
+        d = self.last_decision
+        lending = d.lend_decode_memory if d is not None else False
+        limited = bool(self.parked) or self.policy.limiting_admission()
+        self.actions.note(now_s, lending, self.ordered, limited)
 
     def attach(self, sessions: Sequence[tuple[SessionInfo, int]], now_s: float) -> None:
         """Sessions already running when the driver starts (a warm start):
@@ -221,6 +277,7 @@ class PolicyDriver:
         decision = self.policy.control(signals, list(self.parked))
         self.last_decision = decision
         self.apply(decision, now_s)
+        self._note_actions(now_s)
         return max(decision.next_tick_s, MIN_TICK_S)
 
     def apply(self, d: ControlDecision, now_s: float) -> None:
@@ -233,6 +290,7 @@ class PolicyDriver:
                 del sessions[uid]
                 self.policy.on_session_finished(uid, now_s)
                 self.host.shed(uid, "persistent-overload")
+                self.actions.shed_s.append(now_s)
         for uid in d.release:
             if uid in self.parked:
                 del self.parked[uid]
