@@ -30,12 +30,14 @@ from basin.sim.engine import Intervention, RunResult, SimConfig, Simulator, swit
 from basin.systems import BUILD_OPTIONS, RunContext, build_policy, cliff_summary
 from basin.workload.arrivals import (
     BURST,
+    ArrivalSchedule,
     PoissonSchedule,
     RateChange,
     SessionArrival,
     Surge,
     draw_arrivals,
     recorded_arrivals,
+    shaped_schedule,
 )
 from basin.workload.presets import resolve_workload, warn_if_reused
 from basin.workload.records import Workload
@@ -170,7 +172,7 @@ def check_runnable(scenario: Scenario, systems: Sequence[str], strict: bool = Tr
     if scenario.arrivals.from_workload:
         scenario_arrivals(scenario, dep)  # start times present, some inside the run, a surge with traffic to scale
     else:
-        base_rate_per_min(scenario, dep)
+        arrival_schedule(scenario, base_rate_per_min(scenario, dep))  # a trace shape's window, loaded now
     for iv in scenario.interventions:
         if iv.switch_policy is not None:
             policy_class(iv.switch_policy)  # an unknown name, refused now rather than at the switch's build
@@ -215,6 +217,15 @@ def base_rate_per_min(scenario: Scenario, dep: Deployment) -> float:
 
 
 def schedule_for(scenario: Scenario, base: float) -> PoissonSchedule:
+    """The scenario's Poisson schedule on ``base`` (surge, rate changes and
+    set-rate interventions); refused for a trace-shaped scenario, whose
+    schedule is :func:`arrival_schedule`'s (commands that model a Poisson base
+    say so rather than drop the shape)."""
+    if scenario.arrivals.shape is not None:
+        raise BasinInputError(f"scenario '{scenario.name}': field 'arrivals.shape': this command takes a Poisson "
+                              f"base rate with surges, and the scenario's arrivals follow the trace shape "
+                              f"'{scenario.arrivals.shape.name}'; drop it (--set arrivals.shape=null) or use "
+                              "basin run, compare or sweep")
     surges = []
     s = scenario.surge
     if s.factor != 1.0 and s.end_min > s.start_min:
@@ -224,6 +235,19 @@ def schedule_for(scenario: Scenario, base: float) -> PoissonSchedule:
                 for iv in scenario.interventions if iv.set_rate_per_min is not None]
     changes.sort(key=lambda c: c.at_min)
     return PoissonSchedule(base_per_min=base, surges=tuple(surges), rate_changes=tuple(changes))
+
+
+def arrival_schedule(scenario: Scenario, base: float) -> ArrivalSchedule:
+    """The run's arrival process on ``base`` sessions per minute: Poisson
+    (:func:`schedule_for`), or with ``arrivals.shape`` Poisson at a rate that
+    follows the named production trace, with ``base`` as its mean over the run."""
+    shape = scenario.arrivals.shape
+    if shape is None:
+        return schedule_for(scenario, base)
+    try:
+        return shaped_schedule(shape.name, base, scenario.duration_min * 60.0, shape.offset_min, shape.window_min)
+    except BasinInputError as exc:
+        raise BasinInputError(f"scenario '{scenario.name}': field 'arrivals.shape': {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -242,7 +266,8 @@ class SurgeSurplus:
 
 def scenario_arrivals(scenario: Scenario, dep: Deployment, workload: Workload | None = None,
                       burst_workload: Workload | None = None) -> list[SessionArrival]:
-    """The run's arrivals: Poisson on the scenario's base rate, or, with
+    """The run's arrivals: Poisson on the scenario's base rate (shaped by a
+    production trace with ``arrivals.shape``), or, with
     ``arrivals.from_workload``, each session at its own recorded start time
     plus the surge's extra Poisson arrivals.
 
@@ -257,7 +282,7 @@ def scenario_arrivals(scenario: Scenario, dep: Deployment, workload: Workload | 
         burst_workload = build_workload(scenario.arrivals.burst_workload, scenario.seed + 1)
     duration_s = scenario.duration_min * 60.0
     if not scenario.arrivals.from_workload:
-        drawn = draw_arrivals(workload, schedule_for(scenario, base_rate_per_min(scenario, dep)), duration_s,
+        drawn = draw_arrivals(workload, arrival_schedule(scenario, base_rate_per_min(scenario, dep)), duration_s,
                               seed=scenario.seed, warm_sessions=scenario.arrivals.warm_sessions,
                               burst_workload=burst_workload)
         # A small trace drawn many times over replays the same few conversations.

@@ -1,7 +1,8 @@
 """Scenario files: everything a run needs, in one validated YAML document.
 
 A scenario names a deployment, a workload and its transforms, the arrival
-process (base rate, surge, rate changes, warm start), the run's length and
+process (base rate, surge, rate changes, warm start, or a production trace's
+rate shape around the base rate as its mean), the run's length and
 measurement window, interventions, the control policy and the seed. Any field
 can be overridden from the command line with ``--set key.path=value``; a key
 the schema does not have is refused with the valid ones. The base rate is
@@ -23,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from basin.catalog import RouterName
 from basin.catalog.files import close_names
 from basin.errors import BasinInputError
 from basin.paths import SCENARIO_DIR
+from basin.workload.arrivals import check_shape_window, shape_names
 from basin.yamlfile import load_mapping, safe_load
 
 
@@ -66,6 +68,26 @@ class RateChangeSpec(_Model):
     per_min: float = Field(ge=0)
 
 
+class ShapeSpec(_Model):
+    """Arrivals shaped by a shipped production rate trace (docs/scenarios.md)."""
+
+    #: A shipped rate shape (``basin.workload.arrivals.shape_names()``, e.g. ``servegen-m-large``).
+    name: str
+    #: Trace minute the run starts at.
+    offset_min: float = Field(default=0.0, ge=0)
+    #: Trace minutes played over the run (None: the run's duration_min, so trace time is run time).
+    window_min: float | None = Field(default=None, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _shipped(cls, name: str) -> str:
+        if name not in shape_names():
+            close = close_names(name, shape_names())
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
+            raise ValueError(f"unknown arrival shape '{name}'; {hint}the shipped shapes are {', '.join(shape_names())}")
+        return name
+
+
 class ArrivalSpec(_Model):
     #: Base session arrival rate; or give ``base_fraction_of_critical`` to
     #: take it from the deployment's profiled critical rate.
@@ -79,9 +101,24 @@ class ArrivalSpec(_Model):
     #: e.g. a ``basin gateway --record`` file) instead of on a Poisson base; a
     #: surge adds Poisson arrivals on top (docs/scenarios.md).
     from_workload: bool = False
+    #: Poisson arrivals whose rate follows a shipped production trace, scaled so
+    #: the base rate is the run's mean (a name, or name/offset_min/window_min).
+    shape: ShapeSpec | None = None
+
+    @field_validator("shape", mode="before")
+    @classmethod
+    def _shape_by_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _one_base(self) -> ArrivalSpec:
+        if self.from_workload and self.shape is not None:
+            raise ValueError("arrivals.shape shapes a Poisson base rate, and from_workload has none (every "
+                             "session arrives at its recorded start time); drop one (--set arrivals.shape=null "
+                             "or --set arrivals.from_workload=false)")
+        if self.shape is not None and self.rate_changes:
+            raise ValueError("arrivals.shape sets the rate over the whole run, so rate_changes would be "
+                             "ignored; drop rate_changes (--set arrivals.rate_changes=[])")
         if self.from_workload:
             given = [k for k in ("base_per_min", "base_fraction_of_critical") if getattr(self, k) is not None]
             if given:
@@ -157,6 +194,23 @@ class Scenario(_Model):
                              "set_rate_per_min to change; drop that intervention")
         return self
 
+    @model_validator(mode="after")
+    def _shape_fits(self) -> Scenario:
+        shape = self.arrivals.shape
+        if shape is None:
+            return self
+        if self.surge.factor != 1.0:
+            raise ValueError(f"arrivals.shape takes the rate from the trace '{shape.name}', and a surge on top "
+                             f"of it is not supported; set surge.factor to 1 (got {self.surge.factor:g})")
+        if any(iv.set_rate_per_min is not None for iv in self.interventions):
+            raise ValueError("arrivals.shape takes the rate from its trace, so an intervention's "
+                             "set_rate_per_min would be ignored; drop that intervention")
+        try:
+            check_shape_window(shape.name, self.duration_min, shape.offset_min, shape.window_min)
+        except BasinInputError as exc:
+            raise ValueError(f"arrivals.shape: {exc}") from None
+        return self
+
     @property
     def trigger_min(self) -> float | None:
         return self.surge.start_min if self.surge.factor != 1.0 else None
@@ -189,8 +243,10 @@ def scenario_path(name_or_path: str) -> Path:
 # ---------------------------------------------------------------- overrides
 #: The two ways of giving the base rate; ``--set`` of one clears the other.
 _BASE_RATE_KEYS = ("arrivals.base_per_min", "arrivals.base_fraction_of_critical")
-#: What ``--set arrivals.from_workload=true`` clears: the Poisson base it replaces, the pool size.
-_RECORDED_CLEARS = (*_BASE_RATE_KEYS, "arrivals.warm_sessions", "arrivals.rate_changes", "workload.sessions")
+#: What ``--set arrivals.from_workload=true`` clears: the Poisson base it replaces (its rate, changes,
+#: warm start and trace shape), the pool size.
+_RECORDED_CLEARS = (*_BASE_RATE_KEYS, "arrivals.warm_sessions", "arrivals.rate_changes", "arrivals.shape",
+                    "workload.sessions")
 
 
 def _parse_set(item: str) -> tuple[list[str], Any]:
@@ -252,10 +308,13 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         path, value = _parse_set(item)
         check_key(path, item)
         node = data
-        for part in path[:-1]:
+        for depth, part in enumerate(path[:-1], start=1):
             nxt = node.get(part)
             if nxt is None:
                 nxt = {}
+                node[part] = nxt
+            if isinstance(nxt, str) and path[:depth] == ["arrivals", "shape"]:
+                nxt = {"name": nxt}  # a shape given by name, as the section it stands for
                 node[part] = nxt
             if not isinstance(nxt, dict):
                 raise BasinInputError(f"--set '{item}': '{part}' is not a section of the scenario")

@@ -20,6 +20,7 @@ Randomness is split into independent streams so that comparisons stay paired:
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -398,6 +399,112 @@ class TraceShapedSchedule:
         cut = int(np.searchsorted(edges, duration_s, side="left"))
         times = _poisson_times(np.append(edges[:cut], duration_s), rates[:cut], rng)
         return [(float(t), BASE) for t in times]
+
+
+# --------------------------------------------------------------------------
+# Shipped production rate shapes, by name (what a scenario's arrivals.shape names)
+
+
+@dataclass(frozen=True, slots=True)
+class ShippedShape:
+    """A production rate trace shipped under ``data/``: read with
+    :func:`load_rate_series` (``source``, ``path`` under the data folder,
+    ``column``)."""
+
+    source: str
+    path: str
+    column: str | None
+    about: str
+
+
+_SERVEGEN_LANGUAGE = SERVEGEN_DEFAULT[0]
+_SERVEGEN_REASON = "servegen_rates/servegen_reason_mm_aggregate_rate_10min.csv"
+
+#: The rate shapes the data folder ships (data/README.md), by the name a scenario gives.
+SHIPPED_SHAPES: dict[str, ShippedShape] = {
+    "servegen-m-large": ShippedShape("servegen", _SERVEGEN_LANGUAGE, "m_large_req_per_s",
+                                     "Alibaba Bailian (ServeGen) language model m-large, 14 days in 10-minute windows"),
+    "servegen-m-mid": ShippedShape("servegen", _SERVEGEN_LANGUAGE, "m_mid_req_per_s",
+                                   "Alibaba Bailian (ServeGen) language model m-mid, 14 days in 10-minute windows"),
+    "servegen-m-small": ShippedShape("servegen", _SERVEGEN_LANGUAGE, "m_small_req_per_s",
+                                     "Alibaba Bailian (ServeGen) language model m-small, 14 days in 10-minute windows"),
+    "servegen-deepseek-r1": ShippedShape("servegen", _SERVEGEN_REASON, "deepseek_r1_req_per_s",
+                                         "Alibaba Bailian (ServeGen) DeepSeek-R1, 1 day in 10-minute windows"),
+    "servegen-mm-image": ShippedShape("servegen", _SERVEGEN_REASON, "mm_image_req_per_s",
+                                      "Alibaba Bailian (ServeGen) Qwen-VL image, 1 day in 10-minute windows"),
+    "azure-code": ShippedShape("azure", "azure_llm_2023/AzureLLMInferenceTrace_code.csv", None,
+                               "Azure LLM inference 2023, code, 57 complete minutes"),
+    "azure-conv": ShippedShape("azure", "azure_llm_2023/AzureLLMInferenceTrace_conv.csv", None,
+                               "Azure LLM inference 2023, conversation, 58 complete minutes"),
+}
+
+
+def shape_names() -> list[str]:
+    """Names of the shipped rate shapes, sorted."""
+    return sorted(SHIPPED_SHAPES)
+
+
+def _unknown_shape(name: object) -> str:
+    return f"unknown arrival shape {name!r}; the shipped shapes are {', '.join(shape_names())}"
+
+
+@functools.cache
+def _cached_shape(name: str, data_dir: Path) -> RateSeries:
+    shape = SHIPPED_SHAPES[name]
+    series = load_rate_series(shape.source, data_dir / shape.path, shape.column)
+    return replace(series, name=name)
+
+
+def load_shape(name: str) -> RateSeries:
+    """The shipped rate shape ``name`` (:data:`SHIPPED_SHAPES`) as a rate series."""
+    if name not in SHIPPED_SHAPES:
+        raise BasinInputError(_unknown_shape(name))
+    return _cached_shape(name, DATA_DIR)
+
+
+def shape_minutes(name: str) -> float:
+    """Trace minutes the shipped shape ``name`` covers."""
+    series = load_shape(name)
+    return (series.end_s - series.t_s[0]) / 60.0
+
+
+def check_shape_window(name: str, duration_min: float, offset_min: float = 0.0,
+                       window_min: float | None = None) -> tuple[float, float]:
+    """The trace minutes ``(offset_min, window_min)`` a run of ``duration_min``
+    plays from shape ``name`` (``window_min`` None: as many as the run lasts),
+    or an error naming the field to change when they leave the trace."""
+    _finite("duration_min", duration_min, strict=True)
+    offset_min = _finite("offset_min", offset_min)
+    window = duration_min if window_min is None else _finite("window_min", window_min, strict=True)
+    covered = shape_minutes(name)
+    if offset_min >= covered:
+        raise BasinInputError(f"offset_min {offset_min:g} is past the end of shape '{name}', which covers "
+                              f"{covered:g} trace minutes; choose an offset below {covered:g}")
+    if offset_min + window > covered * (1 + 1e-12):
+        default = "" if window_min is not None else f" (by default the run's duration_min, {duration_min:g})"
+        raise BasinInputError(
+            f"shape '{name}' covers {covered:g} trace minutes, so offset_min {offset_min:g} plus window_min "
+            f"{window:g}{default} runs past its end; set window_min to at most {covered - offset_min:g} "
+            "(it is stretched over the run) or lower offset_min")
+    return offset_min, window
+
+
+def shaped_schedule(name: str, mean_per_min: float, duration_s: float, offset_min: float = 0.0,
+                    window_min: float | None = None) -> TraceShapedSchedule:
+    """Poisson arrivals following the shipped shape ``name`` over a run of
+    ``duration_s``: the run plays ``window_min`` trace minutes from
+    ``offset_min`` on (None: as many as the run lasts, so trace time is run
+    time), rescaled so the mean rate over the run is ``mean_per_min``."""
+    duration_s = _check_duration(duration_s)
+    offset_min, window = check_shape_window(name, duration_s / 60.0, offset_min, window_min)
+    series = load_shape(name)
+    start = series.t_s[0] + offset_min * 60.0
+    time_scale = window * 60.0 / duration_s
+    # Rounding must not leave the trace a hair short of the run it was sized for.
+    while (series.end_s - start) / time_scale < duration_s:
+        time_scale = float(np.nextafter(time_scale, 0.0))
+    return TraceShapedSchedule(series, mean_per_min, start_offset_s=start, time_scale=time_scale,
+                               span_s=duration_s)
 
 
 # --------------------------------------------------------------------------
