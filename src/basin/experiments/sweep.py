@@ -5,7 +5,9 @@ A sweep file (YAML) names a ``scenario`` (a shipped name, or a file relative
 to the sweep file), fixed overrides (``set``), ``axes`` (a scenario key -> a
 list of values; ``seed`` is an axis like any other), the ``systems`` to run,
 optional ``derived`` axes given relative to the deployment (a fraction of its
-critical rate, or of the scenario's base rate) and the ``plot`` it feeds
+critical rate, or of the scenario's base rate), optional named ``cases`` (each
+a set of overrides: one-at-a-time variants without a full grid) and the
+``plot`` it feeds
 (:mod:`basin.experiments.sweep_plots`). Everything is checked before the first
 run: every field, every key, every point of the grid as a scenario, every
 system's parameters.
@@ -85,15 +87,31 @@ class DerivedAxis(_Model):
     at_min: float | None = Field(default=None, ge=0)
 
 
+#: The run states a frontier may count as failing (every state but healthy).
+RunStateName = Literal["trapped", "overloaded", "recovering", "undetermined"]
+#: The column holding a sweep's case.
+CASE = "case"
+
+
 class PlotSpec(_Model):
     """One figure of the sweep (the kinds are in :mod:`basin.experiments.sweep_plots`)."""
 
-    kind: Literal["heatmap", "line"]
+    kind: Literal["heatmap", "line", "frontier", "relative"]
     #: A numeric run-summary field, or ``trapped`` (trapped in k of n seeds).
+    #: A frontier always shows the failing share (``trapped``).
     field: str = "goodput_per_h"
     x: str
-    #: The heatmap's second axis (a line plot draws one line per system instead).
+    #: The heatmap's second axis; the frontier's and relative plot's bar axis
+    #: (a line plot draws one line per system instead).
     y: str | None = None
+    #: Frontier: a third axis, one panel per value.
+    group: str | None = None
+    #: Frontier: the states that count as not recovered.
+    fails: tuple[RunStateName, ...] | None = None
+    #: Frontier: the largest share of seeds that may fail at a value of x that still holds.
+    max_trapped: float | None = Field(default=None, ge=0, lt=1)
+    #: Relative: the value of x every other value is divided by.
+    reference: Any = None
     #: File name inside the output folder; its suffix picks the format (default: NAME-KIND-FIELD.png).
     out: str | None = None
     title: str | None = None
@@ -107,6 +125,8 @@ class SweepSpec(_Model):
     axes: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
     systems: tuple[str, ...] = ()
     derived: dict[str, DerivedAxis] = Field(default_factory=dict)
+    #: Named sets of overrides, applied after ``set``: an axis named ``case``.
+    cases: dict[str, dict[str, Any]] | None = None
     plot: tuple[PlotSpec, ...] = ()
 
     @field_validator("name")
@@ -260,7 +280,7 @@ def _derived_value(name: str, axis: DerivedAxis, rate: float, sc: Scenario) -> A
 def load_sweep(file: str | os.PathLike[str]) -> Sweep:
     """Read and check a sweep file and resolve every point of its grid (no run)."""
     path = Path(file)
-    raw = load_mapping(path, "sweep", "sweep fields (name, scenario, set, axes, systems, derived, plot)")
+    raw = load_mapping(path, "sweep", "sweep fields (name, scenario, set, axes, systems, derived, cases, plot)")
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as exc:
@@ -307,14 +327,16 @@ def resolve_sweep(path: Path, spec: SweepSpec) -> Sweep:
                                   "list each value once")
     summary_names = {f.name for f in fields(RunSummary)}
     for name, axis in spec.derived.items():
-        if name in spec.axes or name in ("system", "seed", "run") or name in summary_names or "." in name:
+        if name in spec.axes or name in ("system", "seed", "run", CASE) or name in summary_names or "." in name:
             raise BasinInputError(f"{path}: field 'derived.{name}': a derived axis needs a name of its own "
-                                  "(not a scenario key, 'system', 'seed', 'run' or a summary field), e.g. base_load")
+                                  "(not a scenario key, 'system', 'seed', 'run', 'case' or a summary field), "
+                                  "e.g. base_load")
         if len(set(axis.values)) != len(axis.values):
             raise BasinInputError(f"{path}: field 'derived.{name}.values': a value appears twice; list each once")
         if axis.at_min is not None and axis.sets != "arrivals.rate_changes":
             raise BasinInputError(f"{path}: field 'derived.{name}.at_min': only an axis that sets "
                                   "arrivals.rate_changes starts at a minute; drop at_min or set that key")
+    _check_cases(path, spec, given)
     try:
         systems = tuple(expand_systems(list(spec.systems))) if spec.systems else None
     except BasinInputError as exc:
@@ -326,24 +348,32 @@ def resolve_sweep(path: Path, spec: SweepSpec) -> Sweep:
     axis_items = [[(k, _anchor(k, v, sweep_dir), f"axes.{k}") for v in values] for k, values in spec.axes.items()]
     derived = list(spec.derived.items())
     systems = systems or (_scenario_at(path, scenario_file, base, fixed, "with set").policy,)
+    # No cases: one unnamed case without overrides (and no case column).
+    cases: list[tuple[str | None, list[tuple[str, Any, str]]]] = (
+        [(name, [(k, _anchor(k, v, sweep_dir), f"cases.{name}.{k}") for k, v in over.items()])
+         for name, over in spec.cases.items()] if spec.cases else [(None, [])])
 
     points: list[Point] = []
     checked: dict[str, tuple[list[str], list[str]]] = {}
     warnings: list[str] = []
     notes: list[str] = []
-    for combo in itertools.product(*axis_items) if axis_items else [()]:
-        where = ", ".join(f"{k}={_value_text(v)}" for k, v, _ in combo) or "(no axes)"
-        sc0 = _scenario_at(path, scenario_file, base, [*fixed, *combo], where)
+    for (case, case_items), combo in itertools.product(
+            cases, itertools.product(*axis_items) if axis_items else [()]):
+        where = ", ".join([*([f"case={case}"] if case is not None else []),
+                           *(f"{k}={_value_text(v)}" for k, v, _ in combo)]) or "(no axes)"
+        fixed_case = [*fixed, *case_items]
+        sc0 = _scenario_at(path, scenario_file, base, [*fixed_case, *combo], where)
         for fractions in itertools.product(*[a.values for _, a in derived]) if derived else [()]:
             extra: list[tuple[str, Any, str]] = []
-            coords: dict[str, Any] = {k: v for k, v, _ in combo}
+            coords: dict[str, Any] = {CASE: case} if case is not None else {}
+            coords.update({k: v for k, v, _ in combo})
             for (name, axis), fraction in zip(derived, fractions):
                 rate = fraction * _reference_rate(path, name, axis, sc0)
                 extra.append((axis.sets, _derived_value(name, axis, rate, sc0), f"derived.{name}"))
                 coords[name] = fraction
                 coords[f"{name}.per_min"] = rate
             at = where + "".join(f", {n}={f:g}" for (n, _), f in zip(derived, fractions))
-            sc = _scenario_at(path, scenario_file, base, [*fixed, *combo, *extra], at) if extra else sc0
+            sc = _scenario_at(path, scenario_file, base, [*fixed_case, *combo, *extra], at) if extra else sc0
             check_id = json.dumps(scenario_dict(sc.model_copy(update={"seed": 0})), sort_keys=True)
             if check_id not in checked:
                 try:
@@ -354,7 +384,7 @@ def resolve_sweep(path: Path, spec: SweepSpec) -> Sweep:
             run_notes, run_warnings = checked[check_id]
             warnings += [w for w in run_warnings if w not in warnings]
             notes += [n for n in run_notes if n not in notes]
-            overrides = tuple(f"{k}={_value_text(v)}" for k, v, _ in [*fixed, *combo, *extra])
+            overrides = tuple(f"{k}={_value_text(v)}" for k, v, _ in [*fixed_case, *combo, *extra])
             for system in systems:
                 params = dict(params_for(sc, [system], strict=False).given[system])
                 config = run_config(sc, system, params)
@@ -362,7 +392,8 @@ def resolve_sweep(path: Path, spec: SweepSpec) -> Sweep:
                 points.append(Point(len(points), point_coords, sc, system, params, config, run_key(config),
                                     overrides))
     coord_columns = tuple(dict.fromkeys(c for p in points for c in p.coords))
-    axis_values: dict[str, tuple[Any, ...]] = {k: tuple(v) for k, v in spec.axes.items()}
+    axis_values: dict[str, tuple[Any, ...]] = {CASE: tuple(spec.cases)} if spec.cases else {}
+    axis_values.update({k: tuple(v) for k, v in spec.axes.items()})
     axis_values.update({n: a.values for n, a in derived})
     axis_values["system"] = systems
     axis_values.setdefault("seed", tuple(dict.fromkeys(p.scenario.seed for p in points)))
@@ -372,6 +403,53 @@ def resolve_sweep(path: Path, spec: SweepSpec) -> Sweep:
 
     check_plots(sweep)
     return sweep
+
+
+def _check_cases(path: Path, spec: SweepSpec, given: Mapping[str, str]) -> None:
+    """Each case's keys are scenario keys given nowhere else (a case may
+    refine a mapping given under ``set``, as it is applied after it), and no
+    two cases are the same runs."""
+    if spec.cases is None:
+        return
+    if not spec.cases:
+        raise BasinInputError(f"{path}: field 'cases': no case given; name at least one (e.g. default: {{}}) "
+                              "or drop cases")
+    seen: dict[str, str] = {}
+    for name, over in spec.cases.items():
+        if not re.fullmatch(r"[\w][\w.+=-]*", str(name)):
+            raise BasinInputError(f"{path}: field 'cases.{name}': a case name is one word of letters, digits "
+                                  "and '.', '_', '+', '=', '-' (it labels the table and the plots)")
+        mine: dict[str, str] = {}
+        for key in over:
+            where = f"cases.{name}.{key}"
+            if key == "policy":
+                raise BasinInputError(f"{path}: field '{where}': the systems are listed under 'systems:' "
+                                      "(a list of policies), not as a case's key")
+            if key == "seed":
+                raise BasinInputError(f"{path}: field '{where}': seeds are an axis (axes: seed: [...]), "
+                                      "shared by every case; drop seed from the case")
+            _check_sweep_key(path, where, key)
+            one = _BASE_RATE_KEYS[0] if key in _BASE_RATE_KEYS else key
+            if one in mine:
+                raise BasinInputError(f"{path}: field '{where}' and field '{mine[one]}' both give the base rate; "
+                                      "give it once")
+            mine[one] = where
+            other = given.get(one)
+            if other is not None:
+                same = "the base rate" if key in _BASE_RATE_KEYS else f"'{key}'"
+                raise BasinInputError(f"{path}: field '{where}' and field '{other}' both give {same}; a case "
+                                      "may not override set, an axis or a derived axis: move the key into "
+                                      "every case, or out of the cases")
+            nested = next((w for k, w in given.items() if not w.startswith("set.")
+                           and (k.startswith(key + ".") or key.startswith(k + "."))), None)
+            if nested is not None:
+                raise BasinInputError(f"{path}: field '{where}' overlaps field '{nested}' (one holds the "
+                                      "other); give each part in one place")
+        text = json.dumps({k: over[k] for k in sorted(over)}, sort_keys=True)
+        if text in seen:
+            raise BasinInputError(f"{path}: field 'cases.{name}': the same overrides as case '{seen[text]}' "
+                                  "(the same runs); give each case once")
+        seen[text] = str(name)
 
 
 def _file_digest(value: object) -> str | None:
