@@ -13,7 +13,7 @@ from basin.experiments.plots import ACTION_BANDS, action_band_spans, plot_family
 from basin.experiments.runner import ScenarioRun, run_scenario
 from basin.experiments.scenario import load_scenario
 from basin.metrics.actions import ACTION_COLUMNS, action_columns, derived_action_columns, with_action_columns
-from basin.policy.driver import ActionLog, capture_drivers
+from basin.policy.driver import ActionLog, PolicyDriver, capture_drivers
 
 #: Long enough for BASIN to act on the x5 surge (minutes 15-35).
 SHORT = ["duration_min=30", "measure_end_min=30"]
@@ -24,6 +24,7 @@ def _run(system: str, overrides: list[str] | None = None) -> tuple[ScenarioRun, 
         run = run_scenario(load_scenario("surge-1p3d", overrides or SHORT), system)
     assert len(drivers) == 1
     log = drivers[0].actions
+    assert log is not None
     return run, with_action_columns(run.result.timeseries, log.changes, log.shed_s)
 
 
@@ -56,6 +57,17 @@ def test_the_log_records_changes_only() -> None:
     log.note(2.0, True, False, False)
     log.note(3.0, True, False, False)
     assert log.changes == [(0.0, False, False, False), (2.0, True, False, False)]
+
+
+def test_a_driver_outside_a_capture_keeps_no_log() -> None:
+    """The gateway's driver runs for days: only a captured run records its actions."""
+    from basin.policy.basin import BasinPolicy
+
+    outside = PolicyDriver(BasinPolicy(), object())  # type: ignore[arg-type]
+    assert outside.actions is None
+    with capture_drivers() as drivers:
+        inside = PolicyDriver(BasinPolicy(), object())  # type: ignore[arg-type]
+    assert drivers == [inside] and inside.actions is not None
 
 
 def test_a_policy_that_never_acts_reports_zeros(hicache) -> None:

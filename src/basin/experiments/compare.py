@@ -207,8 +207,8 @@ def run_one(job: tuple[str, tuple[str, ...], str, int] | tuple[str, tuple[str, .
         from basin.metrics.io import write_run
 
         timeseries = result.result.timeseries
-        if drivers:
-            log = drivers[-1].actions
+        log = drivers[-1].actions if drivers else None
+        if log is not None:
             timeseries = with_action_columns(timeseries, log.changes, log.shed_s)
         write_run(tables, result.result.calls, result.result.sessions, timeseries, result.summary)
     s = result.summary

@@ -140,9 +140,12 @@ class PolicyDriver:
         self.last_signals: Signals | None = None
         self.last_decision: ControlDecision | None = None
         self._arrivals: deque[float] = deque()
-        self.actions = ActionLog()
+        #: Kept only for a run whose caller asked (:func:`capture_drivers`): a gateway's
+        #: driver runs for days and records nothing.
+        self.actions: ActionLog | None = None
         sink = _CAPTURE.get()
         if sink is not None:
+            self.actions = ActionLog()
             sink.append(self)
 
     # ------------------------------------------------------------ signals
@@ -194,11 +197,14 @@ class PolicyDriver:
         else:
             self.policy.on_session_finished(info.uid, info.arrival_s)
             self.host.shed(info.uid, "policy")
-            self.actions.shed_s.append(info.arrival_s)
+            if self.actions is not None:
+                self.actions.shed_s.append(info.arrival_s)
         self._note_actions(info.arrival_s)
         return verdict
 
     def _note_actions(self, now_s: float) -> None:
+        if self.actions is None:
+            return
         d = self.last_decision
         lending = d.lend_decode_memory if d is not None else False
         limited = bool(self.parked) or self.policy.limiting_admission()
@@ -290,7 +296,8 @@ class PolicyDriver:
                 del sessions[uid]
                 self.policy.on_session_finished(uid, now_s)
                 self.host.shed(uid, "persistent-overload")
-                self.actions.shed_s.append(now_s)
+                if self.actions is not None:
+                    self.actions.shed_s.append(now_s)
         for uid in d.release:
             if uid in self.parked:
                 del self.parked[uid]
