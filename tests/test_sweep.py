@@ -319,3 +319,13 @@ def test_progress_bar_on_a_terminal() -> None:
     shown = stream.getvalue()
     assert "sweep x" in shown and "2/2" in shown and "ETA" in shown
     assert "runs (" not in shown  # the bar, not the plain lines
+
+
+def test_systems_may_be_one_name(tmp_path: Path) -> None:
+    """`systems: all` (as docs/sweeps.md writes it) and `systems: [all]` are the same sweep."""
+    from basin.experiments.sweep import load_sweep
+
+    one = load_sweep(write_sweep(tmp_path, "axes:\n  seed: [0]\nsystems: all\n", name="one"))
+    listed = load_sweep(write_sweep(tmp_path, "axes:\n  seed: [0]\nsystems: [all]\n", name="listed"))
+    assert one.systems == listed.systems and len(one.systems) > 5
+    assert load_sweep(write_sweep(tmp_path, "axes:\n  seed: [0]\nsystems: basin\n", name="b")).systems == ("basin",)

@@ -142,6 +142,11 @@ class SweepSpec(_Model):
     def _one_or_many(cls, value: object) -> object:
         return [value] if isinstance(value, dict) else value
 
+    @field_validator("systems", mode="before")
+    @classmethod
+    def _one_system(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value  # `systems: all` or `systems: basin`
+
 
 # ----------------------------------------------------------------- points
 @dataclass(frozen=True, slots=True)
