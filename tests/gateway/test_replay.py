@@ -117,3 +117,17 @@ def test_replay_command_writes_calls_and_summary(tmp_path, capsys):
     code, out, err = run_basin(capsys, "replay", "terminal-bench", "--target", "http://127.0.0.1:9",
                                "--sessions", "0")
     assert code == 2 and "--sessions" in err
+
+
+def test_a_call_body_is_what_json_dumps_of_the_whole_request_writes() -> None:
+    """Bodies are spliced from messages encoded once; the bytes are those of encoding it all each call."""
+    import json
+
+    from basin.gateway.replay import call_body
+
+    conv = SessionConversation(_session("s1"), 0, 4.0)
+    for prompt, previous in ((100, 0), (300, 20), (520, 7)):
+        messages = conv.next_prompt(prompt, previous)
+        whole = {"model": "m \\u0000 \"x\"", "messages": messages, "max_tokens": 9, "stream": True,
+                 "stream_options": {"include_usage": True}, "temperature": 0}
+        assert call_body("m \\u0000 \"x\"", conv.messages_json(), 9) == json.dumps(whole).encode()

@@ -188,6 +188,9 @@ class SessionConversation:
         self.chars_per_token = chars_per_token
         self.task = (session.task_text or f"Task of {session.session_id}.").strip()
         self.messages: list[dict[str, str]] = []
+        #: Each message as JSON, encoded once when it is added: a call's body is
+        #: spliced from them, so a call costs the messages it adds, not its whole context.
+        self._encoded: list[bytes] = []
         self.tokens = 0
 
     def _filler(self, tokens: int) -> str:
@@ -211,7 +214,25 @@ class SessionConversation:
             self.messages += [{"role": "assistant", "content": self._filler(answer)},
                               {"role": "user", "content": self._filler(result)}]
             self.tokens += answer + result
+        self._encoded += [json.dumps(m).encode() for m in self.messages[len(self._encoded):]]
         return list(self.messages)
+
+    def messages_json(self) -> bytes:
+        """The conversation so far as the JSON array a body carries (what ``json.dumps`` writes)."""
+        return b"[" + b", ".join(self._encoded) + b"]"
+
+
+#: Where a call body's messages go: spliced in after the small fields are encoded.
+_MESSAGES_SLOT = "\x00messages\x00"
+
+
+def call_body(model: str, messages_json: bytes, max_tokens: int) -> bytes:
+    """A streamed chat call's body, byte for byte what ``json.dumps`` of the whole request writes."""
+    head = json.dumps({"model": model, "messages": _MESSAGES_SLOT, "max_tokens": max_tokens, "stream": True,
+                       "stream_options": {"include_usage": True}, "temperature": 0}).encode()
+    slot = json.dumps(_MESSAGES_SLOT).encode()
+    at = head.index(b'"messages": ' + slot) + len(b'"messages": ')
+    return head[:at] + messages_json + head[at + len(slot):]
 
 
 def error_kind(exc: BaseException) -> str:
@@ -258,18 +279,18 @@ class _Clock:
 
 
 async def _call(client: aiohttp.ClientSession, cfg: ReplaySettings, record: SessionRecord, index: int,
-                messages: list[dict[str, str]], max_tokens: int, end: bool, clock: _Clock,
+                messages_json: bytes, max_tokens: int, end: bool, clock: _Clock,
                 log: ReplayLog) -> ReplayCall:
     sid, tag = record.session_id, record.tag
-    body = {"model": cfg.model, "messages": messages, "max_tokens": max_tokens,
-            "stream": True, "stream_options": {"include_usage": True}, "temperature": 0}
-    headers = {cfg.session_header: sid, cfg.end_header: "true" if end else "false"}
+    body = call_body(cfg.model, messages_json, max_tokens)
+    headers = {cfg.session_header: sid, cfg.end_header: "true" if end else "false",
+               "Content-Type": "application/json"}
     sent = clock.now()
     first = last = math.nan
     violations = 0
     tail = b""
     try:
-        async with client.post(cfg.target.rstrip("/") + "/v1/chat/completions", json=body, headers=headers) as r:
+        async with client.post(cfg.target.rstrip("/") + "/v1/chat/completions", data=body, headers=headers) as r:
             if r.status != 200:
                 await r.read()
                 now = clock.now()
@@ -355,10 +376,10 @@ async def _calls(client: aiohttp.ClientSession, cfg: ReplaySettings, arrival: Se
         if record.terminated:
             _end(record, "terminated", clock.now())
             return "terminated"
-        messages = conversation.next_prompt(max(int(call.prompt_tokens * cfg.token_scale), 1), previous_output)
+        conversation.next_prompt(max(int(call.prompt_tokens * cfg.token_scale), 1), previous_output)
         max_tokens = previous_output = max(int(round(call.output_tokens * cfg.token_scale)), 1)
         record.unanswered = True
-        result = await _call(client, cfg, record, arrival.start_call + k, messages, max_tokens,
+        result = await _call(client, cfg, record, arrival.start_call + k, conversation.messages_json(), max_tokens,
                              k == len(calls) - 1, clock, log)
         record.unanswered = False
         log.calls.append(result)
