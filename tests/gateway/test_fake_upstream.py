@@ -437,14 +437,22 @@ def test_token_delays_pace_the_stream() -> None:
     run(scenario, FakeUpstreamConfig(completion_tokens=5, first_token_delay_s=0.1, token_delay_s=0.05))
 
 
-def test_cli_serves_until_interrupted() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.fake_upstream", "--port", "0", "--tokens", "3", "--engine", "sglang"],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+def test_cli_serves_until_interrupted(tmp_path: Path) -> None:
+    errors = tmp_path / "stderr.txt"
+    with open(errors, "w") as err:
+        proc = subprocess.Popen(
+            # -X faulthandler: if it does not stop, SIGABRT below makes it print where every thread is.
+            [sys.executable, "-X", "faulthandler", "-m", "tests.support.fake_upstream", "--port", "0", "--tokens",
+             "3", "--engine", "sglang"],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # A shell starts background jobs with SIGINT ignored and children inherit that: give the
+            # server the default disposition, as a terminal would, so that Ctrl-C is what is tested.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -459,7 +467,14 @@ def test_cli_serves_until_interrupted() -> None:
 
         asyncio.run(check())
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=10) == 0
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            proc.wait(timeout=10)
+            pytest.fail("the fake upstream did not stop within 30 s of SIGINT; its threads:\n"
+                        + errors.read_text(errors="replace")[-6000:])
+        assert code == 0, errors.read_text(errors="replace")[-2000:]
     finally:
         if proc.poll() is None:
             proc.kill()
