@@ -314,11 +314,7 @@ def resolve_sweep(path: Path, spec: SweepSpec) -> Sweep:
                           ("derived", [d.sets for d in spec.derived.values()])):
         for i, key in enumerate(keys):
             where = f"{section}.{key}" if section != "derived" else f"derived.{list(spec.derived)[i]}.sets"
-            if key == "policy":
-                raise BasinInputError(f"{path}: field '{where}': the systems are listed under 'systems:' "
-                                      "(a list of policies), not as a scenario key")
-            _check_sweep_key(path, where, key)
-            one = _BASE_RATE_KEYS[0] if key in _BASE_RATE_KEYS else key
+            one = _thing_given(path, where, key, "a scenario key")
             if one in given:
                 same = "the base rate" if key in _BASE_RATE_KEYS else f"'{key}'"
                 raise BasinInputError(f"{path}: field '{where}' and field '{given[one]}' both give {same}; "
@@ -410,6 +406,16 @@ def resolve_sweep(path: Path, spec: SweepSpec) -> Sweep:
     return sweep
 
 
+def _thing_given(path: Path, where: str, key: str, role: str) -> str:
+    """Check a key the sweep file gives (at ``where``, as ``role``) and return the
+    thing it sets: the two base-rate keys are one thing."""
+    if key == "policy":
+        raise BasinInputError(f"{path}: field '{where}': the systems are listed under 'systems:' "
+                              f"(a list of policies), not as {role}")
+    _check_sweep_key(path, where, key)
+    return _BASE_RATE_KEYS[0] if key in _BASE_RATE_KEYS else key
+
+
 def _check_cases(path: Path, spec: SweepSpec, given: Mapping[str, str]) -> None:
     """Each case's keys are scenario keys given nowhere else (a case may
     refine a mapping given under ``set``, as it is applied after it), and no
@@ -427,14 +433,10 @@ def _check_cases(path: Path, spec: SweepSpec, given: Mapping[str, str]) -> None:
         mine: dict[str, str] = {}
         for key in over:
             where = f"cases.{name}.{key}"
-            if key == "policy":
-                raise BasinInputError(f"{path}: field '{where}': the systems are listed under 'systems:' "
-                                      "(a list of policies), not as a case's key")
             if key == "seed":
                 raise BasinInputError(f"{path}: field '{where}': seeds are an axis (axes: seed: [...]), "
                                       "shared by every case; drop seed from the case")
-            _check_sweep_key(path, where, key)
-            one = _BASE_RATE_KEYS[0] if key in _BASE_RATE_KEYS else key
+            one = _thing_given(path, where, key, "a case's key")
             if one in mine:
                 raise BasinInputError(f"{path}: field '{where}' and field '{mine[one]}' both give the base rate; "
                                       "give it once")
