@@ -117,9 +117,7 @@ def plot_run_timeseries(timeseries_by_system: Mapping[str, Table], out_png: str 
         color = style["color"]
         # Row m holds the minute [m, m+1): draw it at the minute's middle.
         minute = floats(ts, "minute") + 0.5
-        total = floats(ts, "active_sessions")
-        if include_parked and "parked_sessions" in ts:
-            total = total + np.nan_to_num(floats(ts, "parked_sessions"))
+        total = _sessions_per_minute(ts, include_parked)
         if single:
             ax_active.plot(minute, total, color="k", lw=1.5, label="all" + (" + parked" if include_parked else ""))
             for i, col in enumerate(_tag_columns(ts)):
@@ -154,8 +152,7 @@ def plot_run_timeseries(timeseries_by_system: Mapping[str, Table], out_png: str 
         ax.grid(True, alpha=0.3)
     _mark(axes, interventions)
     if bands_of is not None:
-        drawn = _draw_bands(ax_active, timeseries_by_system[bands_of], bands_of)
-        ax_active.set_ylim(0.0, ax_active.get_ylim()[1] / _band_room(drawn))
+        _draw_bands(ax_active, timeseries_by_system[bands_of], bands_of)
     ax_active.set_ylabel("sessions (active + parked)" if include_parked else "active sessions")
     ax_hit.set_ylabel("prefix hit rate")
     ax_hit.set_ylim(0.0, 1.02)
@@ -336,8 +333,17 @@ def action_band_spans(timeseries: Table) -> dict[str, list[tuple[float, float]]]
     return out
 
 
-def _draw_bands(ax: Axes, timeseries: Table, system: str) -> list[str]:
-    """Bands at the top of ``ax`` for ``system``'s actions; returns the labels drawn."""
+def _sessions_per_minute(ts: Table, include_parked: bool) -> np.ndarray:
+    """Active sessions per minute, plus those parked at the router with ``include_parked``."""
+    total = floats(ts, "active_sessions")
+    if include_parked and "parked_sessions" in ts:
+        total = total + np.nan_to_num(floats(ts, "parked_sessions"))
+    return total
+
+
+def _draw_bands(ax: Axes, timeseries: Table, system: str) -> None:
+    """Bands at the top of ``ax`` for ``system``'s actions, with the y axis
+    raised so the curves stay below them."""
     from basin.metrics.actions import derived_action_columns
 
     table = {**timeseries, **derived_action_columns(timeseries)}
@@ -356,7 +362,7 @@ def _draw_bands(ax: Axes, timeseries: Table, system: str) -> list[str]:
     if not drawn:
         ax.annotate(f"{system}: no action taken", xy=(1.0, 1.0 - BAND_HEIGHT / 2), xycoords="axes fraction",
                     xytext=(3, 0), textcoords="offset points", va="center", ha="left", fontsize="x-small")
-    return drawn
+    ax.set_ylim(0.0, ax.get_ylim()[1] / _band_room(drawn))
 
 
 def _band_room(drawn: Sequence[str]) -> float:
@@ -383,9 +389,11 @@ def new_session_waits(calls: Table, sessions: Table, *, measure_end_s: float, ru
     """Wait of each measured, non-shed new session from arrival to its first
     token; a session whose first call never finished counts with the time it
     had waited by the run's end."""
+    from basin.metrics.sessions import session_outcomes
+
     arrival = floats(sessions, "arrival_s")
-    keep = ~(np.asarray(sessions["warm"], dtype=bool) | np.asarray(sessions["shed"], dtype=bool))
-    keep &= arrival < measure_end_s
+    out = session_outcomes(sessions, measure_end_s=measure_end_s, run_end_s=run_end_s)
+    keep = out.measured & ~out.shed
     first = np.full(len(arrival), np.nan)
     idx = np.asarray(calls["call_index"]) == 0
     first[np.asarray(calls["session_uid"])[idx].astype(int)] = floats(calls, "first_token_s")[idx]
@@ -444,10 +452,7 @@ def plot_family(runs: Mapping[str, Sequence[RunTables]], out_png: str | os.PathL
             f"{system} ({goodput_per_h[system]:.0f}/h)"
         _, _, ts = seeds[0]
         minute = floats(ts, "minute") + 0.5
-        n = floats(ts, "active_sessions")
-        if include_parked and "parked_sessions" in ts:
-            n = n + np.nan_to_num(floats(ts, "parked_sessions"))
-        ax_n.plot(minute, n, lw=1.3, label=label, **style)
+        ax_n.plot(minute, _sessions_per_minute(ts, include_parked), lw=1.3, label=label, **style)
         ttft = floats(ts, "ttft_p50_s")
         ax_t.plot(minute, np.where(ttft > 0, ttft, np.nan), lw=1.2, **style)
         values, unfinished = slowdowns[system]
@@ -462,10 +467,7 @@ def plot_family(runs: Mapping[str, Sequence[RunTables]], out_png: str | os.PathL
     # The labels go where no band is drawn.
     _mark([ax_t, ax_n] if bands_of is not None else [ax_n, ax_t], interventions)
     if bands_of is not None:
-        _, _, ts = runs[bands_of][0]
-        drawn = _draw_bands(ax_n, ts, bands_of)
-        # Room for the bands above the curves.
-        ax_n.set_ylim(0.0, ax_n.get_ylim()[1] / _band_room(drawn))
+        _draw_bands(ax_n, runs[bands_of][0][2], bands_of)
     else:
         ax_n.set_ylim(bottom=0.0)
     ax_n.set_ylabel("sessions (active + parked)" if include_parked else "active sessions")
