@@ -72,14 +72,19 @@ def check_page(text: str) -> PageCheck:
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def test_sweep_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def sweep_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """The report page of a two-run sweep with one line plot (also opened in a browser, test_report_browser)."""
     path = write_sweep(tmp_path, "axes:\n  surge.factor: [1.0, 2.0]\n  seed: [0]\n"
                                  "plot: {kind: line, x: surge.factor}\n")
     code, _, err = run_basin(capsys, "sweep", str(path), "--out", str(tmp_path / "out"))
     assert code == 0, err
     code, _, err = run_basin(capsys, "report", str(tmp_path / "out"), "--out", str(tmp_path / "page.html"))
     assert code == 0, err
-    text = (tmp_path / "page.html").read_text(encoding="utf-8")
+    return tmp_path / "page.html"
+
+
+def test_sweep_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = sweep_report(tmp_path, capsys).read_text(encoding="utf-8")
     page = check_page(text)
     assert len(page.images) == 1 and page.images[0].startswith(PNG)
     assert page.tables == 1

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import sync_playwright
 from tests.cli_helpers import run_basin
-from tests.test_report import SHORT
-from tests.test_sweep import write_sweep
+from tests.test_report import SHORT, sweep_report
 
 CHROMIUM = os.environ.get("BASIN_CHROMIUM", "/usr/bin/chromium")
 
@@ -76,13 +75,7 @@ def test_run_report_in_a_browser(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_sweep_report_in_a_browser(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write_sweep(tmp_path, "axes:\n  surge.factor: [1.0, 2.0]\n  seed: [0]\n"
-                                 "plot: {kind: line, x: surge.factor}\n")
-    code, _, err = run_basin(capsys, "sweep", str(path), "--out", str(tmp_path / "out"))
-    assert code == 0, err
-    code, _, err = run_basin(capsys, "report", str(tmp_path / "out"), "--out", str(tmp_path / "sweep.html"))
-    assert code == 0, err
-    _assert_clean(open_page(tmp_path / "sweep.html"), images=1)
+    _assert_clean(open_page(sweep_report(tmp_path, capsys)), images=1)
 
 
 def test_the_check_sees_a_broken_page(tmp_path: Path) -> None:
