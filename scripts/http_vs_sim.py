@@ -9,9 +9,12 @@ every number in it.
 The gateway's policy runs on the wall clock, while the simulator's runs on scenario time. So the
 script hands the gateway every time constant divided by K (and the one rate multiplied by K):
 the basin policy's intervals, cooldown and horizons, and the gateway's scrape interval and
-hit-rate window. Without that the policy would act K times more slowly than in the simulator.
+hit-rate window. Without that the policy would act K times more slowly than in the simulator. The
+same goes for the one rate of the cliff profile, lambda_c (BASIN sheds while the arrival rate it
+measures, per wall minute at the gateway, exceeds it): the gateway gets a copy of the profile with
+lambda_c multiplied by K.
 
-    .venv/bin/python scripts/http_vs_sim.py --speed 10 --duration-min 60 --seeds 0
+    .venv/bin/python scripts/http_vs_sim.py --speed 30 --seeds 0 1
 """
 from __future__ import annotations
 
@@ -61,20 +64,38 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def overrides(duration_min: float) -> list[str]:
+def overrides(duration_min: float | None) -> list[str]:
+    """The scenario as shipped (None), or cut to its first ``duration_min`` minutes, all measured."""
+    if duration_min is None:
+        return []
     return ["--set", f"duration_min={duration_min:g}", "--set", f"measure_end_min={duration_min:g}"]
+
+
+def wall_clock_profile(path: Path, speed: float) -> Path:
+    """PROFILE with its departure rates per wall minute (times ``speed``), written to ``path``."""
+    import yaml
+
+    data = yaml.safe_load(PROFILE.read_text())
+    data["lambda_c_per_min"] *= speed
+    data["lambda_c_per_repeat"] = [v * speed for v in data["lambda_c_per_repeat"]]
+    for run in data.get("runs", []):
+        run["lambda_c_per_min"] *= speed
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 def gateway_config(path: Path, speed: float, predictor: str | None = None) -> None:
     scrape = max(0.5, 5.0 / speed)
+    # A trapped run holds about a thousand sessions, each with a connection open: lift the gateway's
+    # client-connection limit (1000 by default), which the simulated engine does not have.
     config: dict[str, object] = {"scrape_interval_s": scrape, "stale_after_s": 3 * scrape,
-                                 "hit_window_s": max(1.0, 60.0 / speed)}
+                                 "hit_window_s": max(1.0, 60.0 / speed), "max_connections": 4000}
     if predictor:
         config["predictor"] = predictor
     path.write_text(json.dumps(config))  # JSON is YAML
 
 
-def run_http(policy: str, seed: int, speed: float, duration_min: float, out: Path,
+def run_http(policy: str, seed: int, speed: float, duration_min: float | None, out: Path,
              eport: int, gport: int, predictor: str | None = None) -> dict:
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -93,7 +114,7 @@ def run_http(policy: str, seed: int, speed: float, duration_min: float, out: Pat
                # the budget counts the host tier, as the simulator's does: max(GPU, host) = 4.36M
                "--cache-tokens", "4360000", "--log-level", "warning"]
         if policy == "basin":
-            cmd += ["--profile", str(PROFILE)]
+            cmd += ["--profile", str(wall_clock_profile(logs / f"profile-x{speed:g}.yaml", speed))]
             cmd += [x for k, v in SECONDS.items() for x in ("--param", f"{k}={v / speed:g}")]
             cmd += [x for k, v in PER_SECOND.items() for x in ("--param", f"{k}={v * speed:g}")]
         gw = subprocess.Popen(cmd, stdout=open(logs / f"gateway-{policy}-s{seed}.log", "w"),
@@ -113,7 +134,7 @@ def run_http(policy: str, seed: int, speed: float, duration_min: float, out: Pat
     return load(out / f"http-s{seed}" / policy)
 
 
-def run_sim(seed: int, duration_min: float, out: Path) -> dict[str, dict]:
+def run_sim(seed: int, duration_min: float | None, out: Path) -> dict[str, dict]:
     d = out / f"sim-s{seed}"
     subprocess.run([BASIN, "run", SCENARIO, *[x for p in POLICIES for x in ("--system", p)],
                     *overrides(duration_min), "--seed", str(seed), "--no-plots", "--out", str(d)],
@@ -137,7 +158,7 @@ def load(d: Path) -> dict:
     return out
 
 
-def figure(res: dict, seeds: list[int], speed: float, duration_min: float, png: Path) -> None:
+def figure(res: dict, seeds: list[int], speed: float, duration_min: float | None, png: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -173,7 +194,8 @@ def figure(res: dict, seeds: list[int], speed: float, duration_min: float, png: 
     ax[2].set_ylim(0, 1.02)
     ax[2].set_title(f"prefix hit rate (seed {s0})")
     ax[1].legend(fontsize=8)
-    fig.suptitle(f"surge-1p3d, first {duration_min:g} min: basin run vs replay -> gateway -> emulator at "
+    span = "as shipped" if duration_min is None else f"first {duration_min:g} min"
+    fig.suptitle(f"surge-1p3d, {span}: basin run vs replay -> gateway -> emulator at "
                  f"{speed:g}x (seeds {', '.join(map(str, seeds))})", fontsize=11)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
@@ -183,7 +205,9 @@ def figure(res: dict, seeds: list[int], speed: float, duration_min: float, png: 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--speed", type=float, default=10.0)
-    ap.add_argument("--duration-min", type=float, default=60.0)
+    ap.add_argument("--duration-min", type=float, default=None,
+                    help="cut the scenario to its first MIN minutes, all of them measured (default: the "
+                    "scenario as shipped, 120 minutes with arrivals measured to minute 90)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--policies", nargs="+", default=list(POLICIES))
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "http-vs-sim")

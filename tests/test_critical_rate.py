@@ -1,6 +1,8 @@
-"""The critical-rate experiment (basin.experiments.critical_rate) and the
-``basin critical-rate`` command: the rate grid, the rule, input errors, the
-one pool, and a tiny real grid."""
+"""The one critical rate of a deployment as run (basin.catalog.critical_rate:
+its cliff profile's lambda_c, by cache tier and router, read by scenarios,
+sweeps and BASIN alike), and the steady-load check beside it
+(basin.experiments.critical_rate, ``basin critical-rate``): the rate grid,
+the rule, input errors, the one pool, and a tiny real grid."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import json
 
 import pytest
 
+from basin.catalog import critical_rate, load_deployment, require_critical_rate, with_host_ratio
+from basin.catalog.cliff_profiles import BASIN_PROFILE_DIR, load_profile
 from basin.errors import BasinInputError
 from basin.experiments import critical_rate as cr
 from basin.experiments.critical_rate import (
@@ -18,6 +22,40 @@ from basin.experiments.critical_rate import (
     steady_scenario,
 )
 from cli_helpers import run_basin as _run
+
+
+def test_the_critical_rate_is_the_profile_of_the_deployment_as_run() -> None:
+    own = load_deployment("1p3d-h200")
+    rate = critical_rate(own)
+    assert rate is not None and rate.per_min == load_profile(BASIN_PROFILE_DIR / "1p3d-h200.yaml").lambda_c_per_min
+    assert rate.origin == "lambda_c_per_min of profiles/basin/1p3d-h200.yaml"
+    gpu_only = critical_rate(with_host_ratio(own, 0.0))
+    assert gpu_only is not None and "1p3d-h200-gpu-only.yaml" in gpu_only.origin and gpu_only.per_min < rate.per_min
+    two = load_deployment("2p6d-h200")
+    by_router = {r: critical_rate(two.model_copy(update={"router": r})) for r in ("cache-aware", "least-loaded")}
+    assert "2p6d-h200-least-loaded.yaml" in by_router["least-loaded"].origin  # type: ignore[union-attr]
+    assert by_router["least-loaded"].per_min < by_router["cache-aware"].per_min  # type: ignore[union-attr]
+    # No profile, no critical rate: the message gives the command that makes one.
+    assert critical_rate(with_host_ratio(own, 3.0)) is None
+    assert critical_rate(own, "swe-pro") is None
+    with pytest.raises(BasinInputError, match=r"needs the critical rate of deployment '1p3d-h200' \(host tier "
+                                              r"3x.*create it with `basin profile 1p3d-h200 --host-ratio 3`"):
+        require_critical_rate(with_host_ratio(own, 3.0), "terminal-bench", "the test")
+
+
+def test_a_scenario_and_basin_read_the_same_rate() -> None:
+    from basin.experiments.runner import base_rate_per_min, deployment_for
+    from basin.experiments.scenario import load_scenario
+    from basin.systems import RunContext, cliff_summary
+
+    for name, router in (("surge-1p3d", None), ("surge-1p3d", "least-loaded")):
+        overrides = [] if router is None else ["deployment=2p6d-h200", f"router={router}"]
+        sc = load_scenario(name, overrides)
+        dep = deployment_for(sc)
+        cliff = cliff_summary(RunContext(deployment=dep, workload=sc.workload.name, host_ratio=sc.host_ratio))
+        assert base_rate_per_min(sc, dep) == pytest.approx(0.5 * cliff.lambda_c_per_min)
+        if router is not None:
+            assert cliff.origin.endswith("2p6d-h200-least-loaded.yaml")  # the router's own profile
 
 
 def test_rate_grid_and_its_errors() -> None:
@@ -80,13 +118,15 @@ def test_critical_rate_runs_on_the_one_pool(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(cr, "run_jobs", fake_pool)
     res = find_critical_rate("1p1d-h200", 4, 7, 1, seeds=(0, 1, 2), workers=3)
     assert seen == [(cr._steady_job, 12, 3)]
-    assert res.critical_rate_per_min == 5.0 and not res.capped
+    assert res.steady_limit_per_min == 5.0 and not res.capped
     assert [r.seed for r in res.runs_at(4.0)] == [0, 1, 2]
-    assert res.catalog is not None and res.catalog.per_min == 12.0  # profiles/critical-rates.yaml
+    assert res.profiled is not None and res.profiled.per_min == 12.2  # profiles/basin/1p1d-h200.yaml
     d = res.to_dict()
-    assert d["critical_rate_per_min"] == 5.0 and [p["healthy"] for p in d["per_rate"]] == [True, True, False, False]
-    # Another host tier than the deployment's: the catalogue's rate does not apply.
-    assert find_critical_rate("1p1d-h200", 4, 7, 1, host_ratio=0.0).catalog is None
+    assert d["steady_limit_per_min"] == 5.0 and [p["healthy"] for p in d["per_rate"]] == [True, True, False, False]
+    # Another host tier than the deployment's: that tier's own profile gives the critical rate.
+    gpu_only = find_critical_rate("1p1d-h200", 4, 7, 1, host_ratio=0.0).profiled
+    assert gpu_only is not None and gpu_only.per_min == 9.3  # profiles/basin/1p1d-h200-gpu-only.yaml
+    assert find_critical_rate("1p1d-h200", 4, 7, 1, host_ratio=3.0).profiled is None  # no profile of that tier
 
 
 def test_a_tiny_real_grid_through_the_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,8 +138,8 @@ def test_a_tiny_real_grid_through_the_command(capsys: pytest.CaptureFixture[str]
     assert data["rates"] == [2.0, 30.0] and data["seeds"] == [0]
     states = [p["runs"][0]["state"] for p in data["per_rate"]]
     assert states[0] == "healthy" and states[1] != "healthy"
-    assert data["critical_rate_per_min"] == 2.0 and data["capped_by_high"] is False
-    assert data["catalog_critical_rate_per_min"] is None  # the catalogue has no 1p1d-h100 rate
+    assert data["steady_limit_per_min"] == 2.0 and data["capped_by_high"] is False
+    assert data["critical_rate_per_min"] == 4.6  # profiles/basin/1p1d-h100.yaml
 
 
 def test_the_command_prints_a_table_and_refuses_bad_options(capsys: pytest.CaptureFixture[str],
@@ -108,8 +148,8 @@ def test_the_command_prints_a_table_and_refuses_bad_options(capsys: pytest.Captu
         SteadyRun(sc.arrivals.base_per_min, sc.seed, "healthy", 0.95, 0.5) for sc in jobs])
     code, out, err = _run(capsys, "critical-rate", "1p1d-h200", "--low", "8", "--high", "9", "--seeds", "0,1")
     assert code == 0, err
-    assert "critical rate of 1p1d-h200: 9 sessions/min (every rate was healthy; raise --high" in out
-    assert "catalogue (profiles/critical-rates.yaml): 12 sessions/min" in out
+    assert "steady-load limit of 1p1d-h200: 9 sessions/min (every rate was healthy; raise --high" in out
+    assert "critical rate: 12.2 sessions/min (lambda_c_per_min of profiles/basin/1p1d-h200.yaml)" in out
     code, _, err = _run(capsys, "critical-rate", "1p1d-h200", "--low", "9", "--high", "8")
     assert code == 2 and "--low 9 is above --high 8" in err
     code, _, err = _run(capsys, "critical-rate", "1p1d-h200", "--low", "4", "--high", "8", "--seeds", "a")

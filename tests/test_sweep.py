@@ -67,8 +67,9 @@ BAD_SWEEPS = [
      "field 'derived.more.sets' and field 'derived.load.sets' both give the base rate"),
     ("set:\n  surge.factor: 2.0\naxes:\n  surge.factor: [1.0]\n",
      "field 'axes.surge.factor' and field 'set.surge.factor' both give 'surge.factor'"),
-    ("derived:\n  load: {values: [0.9], of: critical}\n",
-     "field 'derived.load' needs the critical rate of deployment '1p1d-h100'"),
+    ("set:\n  host_ratio: 3\nderived:\n  load: {values: [0.9], of: critical}\n",
+     "field 'derived.load' needs the critical rate of deployment '1p1d-h100' (host tier 3x, router "
+     "cache-aware) with workload 'terminal-bench': no cliff profile at"),
     ("derived:\n  load: {values: [0.9], at_min: 20}\n", "field 'derived.load.at_min': only an axis that sets"),
     ("systems: [hicach]\n", "field 'systems': unknown system(s) hicach"),
     ("axes:\n  seed: [0]\nplot: {kind: line, x: seed, field: goodput}\n",

@@ -33,7 +33,7 @@ def test_below_the_band_it_is_safe_and_above_it_overloaded():
 
 def test_the_default_load_comes_from_the_critical_rate_when_there_is_one():
     r = assess("1p3d-h200")
-    assert r.rate_per_min == pytest.approx(0.5 * 18.5) and "critical rate" in r.rate_origin
+    assert r.rate_per_min == pytest.approx(0.5 * 15.6) and "profiles/basin/1p3d-h200.yaml" in r.rate_origin
 
 
 def test_cli_answers_in_words_and_json(capsys):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from basin.catalog import Deployment, HardwareProfile, critical_rate, load_hardware
+from basin.catalog import Deployment, HardwareProfile, load_hardware
 from basin.policy.base import Policy
 from basin.policy.basin import BasinPaperPolicy, BasinPolicy, BasinPriorPolicy, CliffSummary, GrowthCorrection
 from basin.policy.composition import CompositionPolicy
@@ -110,16 +110,17 @@ def _option_text(system: str, options: Mapping[str, object], name: str) -> str |
 
 def cliff_summary(context: RunContext, profile: str | None = None) -> CliffSummary:
     """What BASIN needs of the offline cliff profile: ``profile`` (a file),
-    else the shipped profile of the deployment, its cache tier and the
-    workload (falling back to the default workload's), else the reference
-    curve with the deployment's critical rate. ``origin`` says which."""
-    from basin.catalog.cliff_profiles import DEFAULT_WORKLOAD, default_profile_path, load_profile
+    else the shipped profile of the deployment as run (its cache tier and
+    router) and the workload (falling back to the default workload's), else
+    the reference curve without shedding (no profile, no critical rate).
+    ``origin`` says which."""
+    from basin.catalog.cliff_profiles import DEFAULT_WORKLOAD, load_profile, profile_path_as_run
 
     dep = context.deployment
     path = profile
     if path is None and dep is not None:
         for wl in dict.fromkeys([context.workload or DEFAULT_WORKLOAD, DEFAULT_WORKLOAD]):
-            candidate = default_profile_path(dep.name, workload=wl, host_ratio=context.host_ratio)
+            candidate = profile_path_as_run(dep, wl)
             if candidate.exists():
                 path = str(candidate)
                 break
@@ -128,10 +129,8 @@ def cliff_summary(context: RunContext, profile: str | None = None) -> CliffSumma
         return CliffSummary(prof.kappa, prof.x_knee, prof.lambda_c_per_min, origin=str(path))
     if dep is None:
         return CliffSummary()
-    rate = critical_rate(dep.name, context.workload or DEFAULT_WORKLOAD)
-    if rate is None:
-        return CliffSummary(origin=f"reference curve; no critical rate for {dep.name}: no shedding")
-    return CliffSummary(lambda_c_per_min=rate.per_min, origin=f"reference curve; critical rate of {dep.name}")
+    return CliffSummary(origin=f"reference curve; no cliff profile of {dep.name} as run, so no critical rate: "
+                               "no shedding")
 
 
 __all__ = ["BUILD_OPTIONS", "RunContext", "build_policy", "cliff_summary",

@@ -4,14 +4,16 @@ gateway in front of the fake upstream."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from tests.support.fake_upstream import FakeUpstream, FakeUpstreamConfig
 
 from basin.errors import BasinInputError
 from basin.gateway.config import GatewayConfig
-from basin.gateway.replay import ReplaySettings, SessionConversation, replay, schedule_sessions
+from basin.gateway.replay import ReplaySettings, SessionConversation, replay, schedule_sessions, stream_error_kind
 from basin.gateway.server import GatewayServer
+from basin.policy.base import Admission, ControlDecision
 from basin.workload.records import Call, Session
 
 from .test_proxy import QueuePolicy
@@ -45,12 +47,12 @@ def test_settings_and_schedule_refuse_bad_input():
     assert [a.arrival_s for a in first] == sorted(a.arrival_s for a in first)
 
 
-def _run(policy, sessions, **settings):
+def _run(policy, sessions, keepalive_s: float = 10.0, **settings):
     async def go():
         fake = FakeUpstream(FakeUpstreamConfig(completion_tokens=8, engine="vllm"))
         upstream = await fake.start()
-        server = GatewayServer(GatewayConfig(upstream=upstream, engine="vllm", listen_port=0,
-                                             policy="hicache", scrape_interval_s=60.0), policy=policy)
+        server = GatewayServer(GatewayConfig(upstream=upstream, engine="vllm", listen_port=0, policy="hicache",
+                                             scrape_interval_s=60.0, keepalive_s=keepalive_s), policy=policy)
         await server.start()
         try:
             cfg = ReplaySettings(target=server.url, time_scale=0.0, **settings)
@@ -85,6 +87,52 @@ def test_a_shed_session_stops_and_is_counted():
     assert summary.shed == 1 and summary.completed == 2
     shed = [r for r in records if r.session_id == "r1"]
     assert len(shed) == 1 and shed[0].outcome == "shed" and shed[0].status == 503
+
+
+class _ShedWhileParked(QueuePolicy):
+    """Parks the named sessions and sheds them at the next control step: the
+    gateway has already answered their streamed first call with 200."""
+
+    def on_session_arrival(self, info, signals):
+        super().on_session_arrival(info, signals)
+        return Admission.PARK if info.session_id in self.shed else Admission.ADMIT
+
+    def control(self, signals, parked):
+        return ControlDecision(shed=tuple(parked), next_tick_s=0.05)
+
+
+def test_a_session_shed_while_parked_is_counted_as_shed_not_as_an_error():
+    records, summary, gate, fake = _run(_ShedWhileParked(shed=("r1",)), _arrivals(3))
+    assert summary.shed == 1 and summary.completed == 2 and summary.failed == 0
+    shed = [r for r in records if r.session_id == "r1"]
+    assert len(shed) == 1 and shed[0].outcome == "shed" and shed[0].status == 200 and shed[0].error == ""
+
+
+class _HoldThenRelease(QueuePolicy):
+    """Parks every session after the first and releases the parked ones at the second control step."""
+
+    def __init__(self) -> None:
+        super().__init__(admit_first=1)
+        self.ticks = 0
+
+    def control(self, signals, parked):
+        self.ticks += 1
+        return ControlDecision(release=tuple(parked) if self.ticks >= 2 else (), next_tick_s=0.4)
+
+
+def test_the_first_token_of_a_held_call_is_its_answer_not_the_keepalive():
+    # Keep-alive comments every 50 ms while the call is held for about 0.4 s: none is a token.
+    records, summary, gate, fake = _run(_HoldThenRelease(), _arrivals(2, calls=1), keepalive_s=0.05)
+    assert summary.completed == 2
+    held = next(r for r in records if r.session_id == "r1")
+    assert held.first_byte_s - held.sent_s >= 0.2
+
+
+def test_the_error_event_of_a_stream_is_read_by_its_type():
+    event = b"event: error\ndata: " + json.dumps({"error": {"type": "upstream_failed", "code": 502}}).encode()
+    assert stream_error_kind(b"data: {}\n\n" + event + b"\n\n") == "upstream_failed"
+    assert stream_error_kind(b"data: {}\n\n") is None
+    assert stream_error_kind(b"event: error\ndata: not json\n\n") == ""
 
 
 def test_replay_command_writes_calls_and_summary(tmp_path, capsys):

@@ -21,10 +21,11 @@ docs/profiler.md). ``C_eff`` is :func:`basin.catalog.effective_cache_tokens`
 of the two aggregate tiers.
 
 Besides kappa, a profile stores ``lambda_c_per_min`` (the peak departure
-rate, the highest settled completion rate of any ramp step) and
-``healthy_step_rate_per_min`` (the highest ramp step rate at which the engine
-stayed healthy). Neither is the deployment's *critical rate*, which is the
-catalogue's steady-load figure (:func:`basin.catalog.critical_rate`).
+rate, the highest settled completion rate of any ramp step), which is the
+deployment's *critical rate* for everything that needs one
+(:func:`basin.catalog.critical_rate`), and ``healthy_step_rate_per_min``
+(the highest ramp step rate at which the engine stayed healthy, kept for
+reference).
 """
 
 from __future__ import annotations
@@ -388,6 +389,13 @@ def default_profile_path(deployment: str | Deployment, router: str | None = None
     return BASIN_PROFILE_DIR / f"{profile_name(deployment, router, workload, host_ratio)}.yaml"
 
 
+def profile_path_as_run(deployment: Deployment, workload: str = DEFAULT_WORKLOAD) -> Path:
+    """The profile of ``deployment`` as a run uses it (its host tier and router
+    applied, its name a shipped deployment's): where BASIN's cliff and the
+    critical rate are read from."""
+    return default_profile_path(deployment.name, deployment.router, workload, deployment.host_ratio)
+
+
 def _suffix(path: Path) -> str:
     suffix = path.suffix.lower()
     if suffix not in (".yaml", ".yml", ".json"):
@@ -452,7 +460,7 @@ class _Reader:
         for old, new in _RENAMED.items():
             if old in data and new not in data:
                 raise BasinInputError(f"{path}: field '{prefix}{old}' is now called '{new}' (the highest healthy "
-                                      "ramp step rate; the critical rate is profiles/critical-rates.yaml's); "
+                                      "ramp step rate; the critical rate is the profile's lambda_c_per_min); "
                                       "rename it or regenerate the profile with `basin profile`")
 
     def _fail(self, key: str, what: str) -> BasinInputError:

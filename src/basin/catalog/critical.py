@@ -1,61 +1,75 @@
-"""Critical session rates, one per deployment and workload, each with its
-origin, from ``profiles/critical-rates.yaml``."""
+"""A deployment's critical session rate with a workload: one number, from one
+ramp definition.
+
+The critical rate is the profiled peak departure rate ``lambda_c_per_min`` of
+the deployment's cliff profile (``profiles/basin/``, written by ``basin
+profile``'s stepped load ramp under HiCache alone), for the deployment as run:
+its cache tier and its router pick the profile. Scenarios that give their
+base load as ``arrivals.base_fraction_of_critical``, sweeps with ``of:
+critical``, BASIN's shedding and the docs all read this one figure. ``basin
+critical-rate`` measures something else on purpose (the highest steady rate
+whose runs all stay healthy) and reports it beside this one as a check.
+"""
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from basin.catalog.cliff_profiles import DEFAULT_WORKLOAD, load_profile, profile_for, profile_path_as_run
+from basin.catalog.deployments import Deployment
 from basin.errors import BasinInputError
 from basin.paths import PROFILE_DIR
-from basin.yamlfile import load_yaml, validation_message
-
-CRITICAL_RATES_FILE = PROFILE_DIR / "critical-rates.yaml"
 
 
 class CriticalRate(BaseModel):
-    """The highest steady arrival rate a deployment serves healthily with a workload."""
+    """The profiled critical rate of a deployment with a workload."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     deployment: str
     workload: str
     per_min: float = Field(gt=0)
-    #: Where the number comes from: a measurement (with its command) or a citation.
+    #: The profile file it was read from (relative to the profiles directory when inside it).
     origin: str = Field(min_length=1)
 
 
-@lru_cache(maxsize=4)
-def _rates(path: Path) -> dict[tuple[str, str], CriticalRate]:
+def _rate(dep: Deployment, workload: str, path: Path, per_min: float) -> CriticalRate:
     try:
-        rates = TypeAdapter(list[CriticalRate]).validate_python(load_yaml(path) or [])
-    except ValidationError as exc:
-        raise BasinInputError(validation_message(path, exc)) from None
-    table: dict[tuple[str, str], CriticalRate] = {}
-    for rate in rates:
-        key = (rate.deployment, rate.workload)
-        if key in table:
-            raise BasinInputError(f"{path}: two critical rates for deployment '{rate.deployment}' "
-                                  f"with workload '{rate.workload}'; keep one")
-        table[key] = rate
-    return table
+        shown = str(path.resolve().relative_to(PROFILE_DIR.parent))
+    except ValueError:
+        shown = str(path)
+    return CriticalRate(deployment=dep.name, workload=workload, per_min=per_min,
+                        origin=f"lambda_c_per_min of {shown}")
 
 
-def critical_rate(deployment: str, workload: str, path: Path = CRITICAL_RATES_FILE) -> CriticalRate | None:
-    """The critical rate of ``deployment`` (its name) with ``workload``, or None."""
-    return _rates(path).get((deployment, workload))
+def critical_rate(deployment: Deployment, workload: str = DEFAULT_WORKLOAD) -> CriticalRate | None:
+    """The critical rate of ``deployment`` as run (host tier and router
+    applied) with ``workload``, or None when it has no cliff profile."""
+    try:
+        path = profile_path_as_run(deployment, workload)
+    except BasinInputError:
+        return None  # not a shipped deployment (a file or a shape): no shipped profile
+    if not path.is_file():
+        return None
+    prof = load_profile(path)
+    if not prof.lambda_c_per_min > 0 or prof.lambda_c_per_min == float("inf"):
+        return None
+    return _rate(deployment, workload, path, prof.lambda_c_per_min)
 
 
-def require_critical_rate(deployment: str, workload: str, needed_for: str,
-                          path: Path = CRITICAL_RATES_FILE) -> CriticalRate:
-    """As :func:`critical_rate`, but a missing rate is an error that says what needed it."""
-    rate = critical_rate(deployment, workload, path)
-    if rate is None:
-        known = sorted(f"{d} with {w}" for d, w in _rates(path))
-        raise BasinInputError(
-            f"{needed_for} needs the critical rate of deployment '{deployment}' with workload "
-            f"'{workload}', and {path} has none (it has: {', '.join(known)}); add one there, with its "
-            f"origin, or give the rate directly")
-    return rate
+def require_critical_rate(deployment: Deployment, workload: str, needed_for: str) -> CriticalRate:
+    """As :func:`critical_rate`, but a missing profile is an error that says
+    what needed it and gives the command that makes one."""
+    try:
+        prof = profile_for(deployment.name, deployment.router, workload, deployment.host_ratio)
+    except BasinInputError as exc:
+        raise BasinInputError(f"{needed_for} needs the critical rate of deployment '{deployment.name}' "
+                              f"(host tier {deployment.host_ratio:g}x, router {deployment.router}) with "
+                              f"workload '{workload}': {exc}; or give the rate directly") from None
+    path = profile_path_as_run(deployment, workload)
+    if not prof.lambda_c_per_min > 0 or prof.lambda_c_per_min == float("inf"):
+        raise BasinInputError(f"{needed_for}: the cliff profile {path} has no finite lambda_c_per_min; "
+                              "remake it with `basin profile`, or give the rate directly")
+    return _rate(deployment, workload, path, prof.lambda_c_per_min)

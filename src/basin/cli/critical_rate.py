@@ -1,4 +1,5 @@
-"""``basin critical-rate``: a deployment's critical session rate, measured on a steady-load grid."""
+"""``basin critical-rate``: a deployment's steady-load limit, measured on a grid of steady rates, beside
+its critical rate (the cliff profile's)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ def critical_rate(
                                                             "measured over its first three quarters)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Measure the critical rate: the highest steady arrival rate (HiCache alone, no surge) below which every
-    rate of the grid ends healthy with every seed.
+    """Check the critical rate against steady load: the highest steady arrival rate (HiCache alone, no surge)
+    below which every rate of the grid ends healthy with every seed, printed beside the critical rate that
+    scenarios and BASIN use (the cliff profile's lambda_c; `basin profile` measures it).
 
     Example:
 
@@ -70,14 +72,16 @@ def critical_rate(
         cells = [f"{x.state} {x.hit_rate:.2f} {x.ttft_p50_s:.2f}s" for x in result.runs_at(r)]
         table.add_row(f"{r:g}", *cells, "yes" if result.healthy_at(r) else "[red]no[/]")
     Console(width=max(Console().width, 40 + 32 * len(result.seeds))).print(table)
-    crit = result.critical_rate_per_min
-    if crit is None:
-        line = (f"critical rate of {result.deployment}: below {result.rates[0]:g} sessions/min "
+    limit = result.steady_limit_per_min
+    if limit is None:
+        line = (f"steady-load limit of {result.deployment}: below {result.rates[0]:g} sessions/min "
                 f"(the lowest rate already failed; lower --low)")
     else:
-        line = f"critical rate of {result.deployment}: {crit:g} sessions/min"
+        line = f"steady-load limit of {result.deployment}: {limit:g} sessions/min"
         if result.capped:
             line += " (every rate was healthy; raise --high to find the limit)"
     typer.echo(line)
-    if result.catalog is not None:
-        typer.echo(f"catalogue (profiles/critical-rates.yaml): {result.catalog.per_min:g} sessions/min")
+    if result.profiled is not None:
+        typer.echo(f"critical rate: {result.profiled.per_min:g} sessions/min ({result.profiled.origin})")
+    else:
+        typer.echo("critical rate: none (no cliff profile of this deployment as run; `basin profile` makes one)")

@@ -45,7 +45,7 @@ def deployment_info(name_or_file: str, host_ratio: float | None = None) -> dict[
         info["figures"] = [{"field": f.field, "value": f.value, "origin": f.origin} for f in d.figures]
         info["roofline_vs_measured"] = [{"field": f, "roofline": a, "measured": b, "ratio": r}
                                         for f, a, b, r in compare_to_measured(d)]
-    crit = critical_rate(dep.name, "terminal-bench")
+    crit = critical_rate(dep, "terminal-bench")
     info["critical_rate"] = None if crit is None else {"per_min": crit.per_min, "origin": crit.origin}
     return info
 
@@ -83,8 +83,8 @@ def show(
              f"({info['host_ratio']:g}x), effective {c['effective_cache_tokens']:,}; decode KV "
              f"{c['decode_kv_tokens']:,} tokens; router {info['router']}"]
     crit = info["critical_rate"]
-    lines.append(f"  critical rate (terminal-bench): {crit['per_min']:g}/min" if crit else
-                 "  critical rate (terminal-bench): none in profiles/critical-rates.yaml")
+    lines.append(f"  critical rate (terminal-bench): {crit['per_min']:g}/min ({crit['origin']})" if crit else
+                 "  critical rate (terminal-bench): none (no cliff profile; `basin profile` makes one)")
     lines.append("  per instance:")
     width = max(len(f["field"]) for f in info["figures"])
     lines += [f"    {f['field']:<{width}}  {_fmt(f['value']):>10}  {f['origin']}" for f in info["figures"]]

@@ -58,7 +58,6 @@ def profile(
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from basin.catalog import critical_rate
     from basin.catalog.cliff_profiles import default_profile_path, override_deployment, save_profile
     from basin.experiments.plots import plot_profile
     from basin.experiments.ramp import default_ramp, profile_deployment
@@ -92,14 +91,10 @@ def profile(
     png = path.with_suffix(".png") if plot else None
     if png is not None:
         plot_profile(prof, png)
-    # The catalogue's critical rate is for the deployment with its own host tier.
-    rate = critical_rate(dep.name, workload) if host_ratio is None or dep.host_ratio == \
-        override_deployment(deployment).host_ratio else None
-    critical = rate.per_min if rate is not None else None
     if as_json:
         data = prof.to_dict()
         data.pop("runs")
-        data.update(path=str(path), plot=str(png) if png else None, critical_rate_per_min=critical)
+        data.update(path=str(path), plot=str(png) if png else None)
         typer.echo(json.dumps(data))
         return
     table = Table(title=f"cliff profile: {prof.deployment} ({prof.router}, {prof.workload})")
@@ -111,10 +106,9 @@ def profile(
     table.add_row("cliff W_c", f"{prof.cliff_tokens / 1e6:.2f}M tokens")
     table.add_row("C_gpu / C_host / C_eff", f"{prof.gpu_cache_tokens / 1e6:.2f}M / {prof.host_cache_tokens / 1e6:.2f}M"
                   f" / {prof.effective_cache_tokens / 1e6:.2f}M")
-    table.add_row("lambda_c (median)", f"{prof.lambda_c_per_min:.2f} sessions/min")
+    table.add_row("lambda_c (median): the critical rate", f"{prof.lambda_c_per_min:.2f} sessions/min")
     table.add_row("lambda_c per ramp", ", ".join(_f(v) for v in prof.lambda_c_per_repeat))
     table.add_row("highest healthy step rate (median)", f"{_f(prof.healthy_step_rate_per_min)} sessions/min")
-    table.add_row("critical rate (profiles/critical-rates.yaml)", _f(critical))
     table.add_row("hit plateau / floor", f"{prof.plateau_hit:.2f} / {prof.floor_hit:.2f}")
     table.add_row("ramp", f"{prof.ramp.start_per_min:g}-{prof.ramp.end_per_min:g}/min, {prof.ramp.steps} steps "
                   f"x {prof.ramp.step_min} min")

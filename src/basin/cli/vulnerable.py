@@ -6,7 +6,7 @@ with ``--simulate``, does the simulator agree.
 Everything but the confirming simulation is the fluid model's
 (:mod:`basin.model`: equilibria, first limit, the reference admission
 budget, the smallest trapping surge by bisection of its dynamics); the
-default load comes from the catalogue's critical rate where one exists.
+default load comes from the deployment's critical rate (its cliff profile's) where one exists.
 """
 
 from __future__ import annotations
@@ -14,14 +14,17 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from basin.cli.options import parse_seeds
 from basin.errors import BasinInputError
 
-#: The default load: this fraction of the catalogue's critical rate (the
+if TYPE_CHECKING:
+    from basin.catalog import Deployment
+
+#: The default load: this fraction of the deployment's critical rate (the
 #: paper's main scenarios run at half of it), else of the model's departure peak.
 DEFAULT_LOAD_FRACTION = 0.5
 #: Surge lengths the report gives the smallest trapping factor for (minutes).
@@ -61,17 +64,17 @@ class Report:
         return {k: json_value(v) for k, v in self.__dict__.items()}
 
 
-def _default_rate(dep_name: str, workload: str, d_star: float) -> tuple[float, str]:
+def _default_rate(dep: Deployment, workload: str, d_star: float) -> tuple[float, str]:
     from basin.catalog import critical_rate
 
-    crit = critical_rate(dep_name, workload)
+    crit = critical_rate(dep, workload)
     if crit is not None:
         return (DEFAULT_LOAD_FRACTION * crit.per_min,
-                f"{DEFAULT_LOAD_FRACTION:g} x the catalogue's critical rate {crit.per_min:g}/min "
-                "(profiles/critical-rates.yaml); give --rate for your load")
+                f"{DEFAULT_LOAD_FRACTION:g} x the critical rate {crit.per_min:g}/min ({crit.origin}); "
+                "give --rate for your load")
     return (DEFAULT_LOAD_FRACTION * d_star,
-            f"{DEFAULT_LOAD_FRACTION:g} x the model's departure peak {d_star:.2f}/min (no critical rate in the "
-            "catalogue for this deployment); give --rate for your load")
+            f"{DEFAULT_LOAD_FRACTION:g} x the model's departure peak {d_star:.2f}/min (no cliff profile, so no "
+            "critical rate, for this deployment); give --rate for your load")
 
 
 def _hardware_source(hardware: str) -> str:
@@ -105,7 +108,7 @@ def assess(deployment: str, *, host_ratio: float | None = None, rate: float | No
     peak = departure_peak(model)
     d_low = low_reuse_rate(model)
     if rate is None:
-        rate, rate_origin = _default_rate(dep.name, workload, peak.d_star_per_min)
+        rate, rate_origin = _default_rate(dep, workload, peak.d_star_per_min)
     else:
         rate_origin = "given (--rate)"
     ns, nu = stable_and_unstable(model, rate)
@@ -229,7 +232,7 @@ def vulnerable(
         None, "--host-ratio", help="Host tier as a multiple of the GPU cache (0: GPU-only); "
                                    "default: the deployment's."),
     rate: Optional[float] = typer.Option(
-        None, "--rate", help="Session arrivals per minute (default: half the catalogue's critical rate, "
+        None, "--rate", help="Session arrivals per minute (default: half the deployment's critical rate, "
                              "else half the model's peak)."),
     workload: str = typer.Option("terminal-bench", "--workload", "-w", help="Workload preset or file."),
     surge_min: float = typer.Option(10.0, "--surge-min", help="Length of the surge to name (minutes)."),

@@ -1,13 +1,14 @@
-"""Measuring a deployment's critical session rate: the highest steady base
-rate (Poisson arrivals, no surge, HiCache alone) whose runs all end healthy.
+"""A deployment's steady-load limit: the highest steady base rate (Poisson
+arrivals, no surge, HiCache alone) whose runs all end healthy, measured as a
+check of its critical rate (the profiled peak departure rate,
+:func:`basin.catalog.critical_rate`, which is the one scenarios and BASIN use).
 
 Rates are tried on a grid from ``low`` to ``high`` in steps of ``step``,
 each with every seed, over the one process pool
-(:func:`basin.experiments.pool.run_jobs`). The critical rate is the last
+(:func:`basin.experiments.pool.run_jobs`). The limit is the last
 grid rate before the first one at which any seed ends other than healthy,
-so a lucky healthy run above a failing rate does not count. This is how
-``profiles/critical-rates.yaml``'s measured entries are made
-(``basin critical-rate``).
+so a lucky healthy run above a failing rate does not count (``basin
+critical-rate``).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def _steady_job(scenario: Scenario) -> SteadyRun:
 
 @dataclass(frozen=True)
 class CriticalRateResult:
-    """The grid's runs and the critical rate they give."""
+    """The grid's runs and the steady-load limit they give, beside the critical rate."""
 
     deployment: str
     workload: str
@@ -104,10 +105,10 @@ class CriticalRateResult:
     seeds: tuple[int, ...]
     runs: tuple[SteadyRun, ...]
     #: The highest grid rate below which every rate ended healthy (None: even the lowest failed).
-    critical_rate_per_min: float | None
+    steady_limit_per_min: float | None
     duration_min: float
-    #: The catalogue's rate for this deployment and workload, if it has one.
-    catalog: CriticalRate | None = field(default=None)
+    #: The critical rate of this deployment as run and workload (its cliff profile's), if it has one.
+    profiled: CriticalRate | None = field(default=None)
 
     def runs_at(self, rate: float) -> list[SteadyRun]:
         return sorted((r for r in self.runs if r.rate_per_min == rate), key=lambda r: r.seed)
@@ -117,18 +118,18 @@ class CriticalRateResult:
 
     @property
     def capped(self) -> bool:
-        """Every rate tried was healthy: the critical rate may lie above ``--high``."""
-        return self.critical_rate_per_min is not None and self.critical_rate_per_min == self.rates[-1]
+        """Every rate tried was healthy: the limit may lie above ``--high``."""
+        return self.steady_limit_per_min is not None and self.steady_limit_per_min == self.rates[-1]
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "deployment": self.deployment, "workload": self.workload, "host_ratio": self.host_ratio,
             "rates": list(self.rates), "seeds": list(self.seeds), "duration_min": self.duration_min,
-            "critical_rate_per_min": self.critical_rate_per_min, "capped_by_high": self.capped,
+            "steady_limit_per_min": self.steady_limit_per_min, "capped_by_high": self.capped,
             "per_rate": [{"rate_per_min": r, "healthy": self.healthy_at(r),
                           "runs": [x.to_dict() for x in self.runs_at(r)]} for r in self.rates],
-            "catalog_critical_rate_per_min": self.catalog.per_min if self.catalog is not None else None,
-            "catalog_origin": self.catalog.origin if self.catalog is not None else None,
+            "critical_rate_per_min": self.profiled.per_min if self.profiled is not None else None,
+            "critical_rate_origin": self.profiled.origin if self.profiled is not None else None,
         }
 
 
@@ -147,7 +148,7 @@ def find_critical_rate(deployment: str, low: float, high: float, step: float = D
                        workload: str = "terminal-bench", workers: int | None = None,
                        duration_min: float = STEADY_DURATION_MIN, sessions: int | None = STEADY_SESSIONS,
                        progress: Callable[[int, int], None] | None = None) -> CriticalRateResult:
-    """Run the steady grid of ``deployment`` and return its critical rate (module docstring)."""
+    """Run the steady grid of ``deployment`` and return its steady-load limit (module docstring)."""
     rates = rate_grid(low, high, step)
     seeds = tuple(seeds)
     if not seeds:
@@ -163,13 +164,10 @@ def find_critical_rate(deployment: str, low: float, high: float, step: float = D
     if host_ratio is not None and not host_ratio >= 0:
         raise BasinInputError(f"--host-ratio {host_ratio:g}: give 0 for GPU-only or a multiple of the GPU "
                               "prefix cache")
-    own = load_deployment(deployment)
-    dep = with_host_ratio(own, host_ratio)
+    dep = with_host_ratio(load_deployment(deployment), host_ratio)
     jobs = [steady_scenario(deployment, r, s, host_ratio=host_ratio, workload=workload,
                             duration_min=duration_min, sessions=sessions) for r in rates for s in seeds]
     runs = tuple(sorted(run_jobs(_steady_job, jobs, workers, progress),
                         key=lambda x: (x.rate_per_min, x.seed)))
-    # The catalogue's rates are for deployments with their own host tier.
-    catalog = critical_rate(dep.name, workload) if dep.host_ratio == own.host_ratio else None
     return CriticalRateResult(dep.name, workload, float(dep.host_ratio), rates, seeds, runs,
-                              critical_from_runs(rates, runs), duration_min, catalog)
+                              critical_from_runs(rates, runs), duration_min, critical_rate(dep, workload))

@@ -133,7 +133,7 @@ def cliff_used(scenario: Scenario, system: str, params: Mapping[str, object]) ->
     cache tier's and workload's own (a fallback would otherwise go unseen)."""
     if "profile" not in BUILD_OPTIONS.get(system, ()):
         return None, None
-    from basin.catalog.cliff_profiles import default_profile_path
+    from basin.catalog.cliff_profiles import profile_path_as_run
 
     dep = deployment_for(scenario)
     context = RunContext(deployment=dep, workload=scenario.workload.name, host_ratio=scenario.host_ratio)
@@ -143,11 +143,12 @@ def cliff_used(scenario: Scenario, system: str, params: Mapping[str, object]) ->
                             "lambda_c_per_min": summary.lambda_c_per_min}
     if chosen is not None:
         return info, None
-    own = default_profile_path(dep.name, workload=scenario.workload.name, host_ratio=scenario.host_ratio)
+    own = profile_path_as_run(dep, scenario.workload.name)
     tier = "GPU-only" if dep.host_ratio == 0 else f"host tier {dep.host_ratio:g}x"
     if summary.origin == str(own):
         return info, None
-    fix = (f"profile it with `basin profile {scenario.deployment} --host-ratio {dep.host_ratio:g} "
+    router = f" --router {dep.router}" if dep.prefill_instances > 1 else ""
+    fix = (f"profile it with `basin profile {scenario.deployment}{router} --host-ratio {dep.host_ratio:g} "
            f"--workload {scenario.workload.name} --out FILE` and pass --set policy_params.profile=FILE")
     if Path(summary.origin).is_file():
         warning = (f"{system}: no cliff profile for {dep.name} ({tier}) with workload {scenario.workload.name} "
@@ -199,8 +200,9 @@ def deployment_for(scenario: Scenario) -> Deployment:
 
 
 def base_rate_per_min(scenario: Scenario, dep: Deployment) -> float:
-    """The scenario's base arrival rate: given, or a fraction of the
-    deployment's critical rate with the scenario's workload (the catalogue's)."""
+    """The scenario's base arrival rate: given, or a fraction of the critical
+    rate of the deployment as run (its cache tier and router) with the
+    scenario's workload: the profiled rate of :func:`basin.catalog.critical_rate`."""
     arr = scenario.arrivals
     if arr.from_workload:
         raise BasinInputError(f"scenario '{scenario.name}': arrivals.from_workload takes arrivals from the "
@@ -211,7 +213,7 @@ def base_rate_per_min(scenario: Scenario, dep: Deployment) -> float:
     if arr.base_fraction_of_critical is None:
         raise BasinInputError(f"scenario '{scenario.name}': give arrivals.base_per_min or "
                               "arrivals.base_fraction_of_critical")
-    rate = require_critical_rate(dep.name, scenario.workload.name,
+    rate = require_critical_rate(dep, scenario.workload.name,
                                  f"scenario '{scenario.name}' (field 'arrivals.base_fraction_of_critical')")
     return arr.base_fraction_of_critical * rate.per_min
 

@@ -76,7 +76,7 @@ class DerivedAxis(_Model):
 
     values: tuple[Annotated[float, Field(gt=0)], ...] = Field(min_length=1)
     #: The reference: ``critical`` (the deployment's critical rate with the
-    #: scenario's workload, profiles/critical-rates.yaml), ``base`` (the
+    #: scenario's workload: its cliff profile's lambda_c), ``base`` (the
     #: scenario's base rate with ``set`` and ``axes`` applied, before any
     #: derived axis) or a rate in sessions per minute.
     of: Literal["critical", "base"] | Annotated[float, Field(gt=0)] = "critical"
@@ -269,7 +269,7 @@ def _reference_rate(path: Path, name: str, axis: DerivedAxis, sc: Scenario) -> f
 
     dep = deployment_for(sc)
     if axis.of == "critical":
-        return require_critical_rate(dep.name, sc.workload.name, f"{path}: field 'derived.{name}'").per_min
+        return require_critical_rate(dep, sc.workload.name, f"{path}: field 'derived.{name}'").per_min
     if axis.of == "base":
         return base_rate_per_min(sc, dep)
     return float(axis.of)

@@ -264,6 +264,24 @@ def _emulator_timings(tail: bytes) -> Mapping[str, object] | None:
     return None
 
 
+def stream_error_kind(tail: bytes) -> str | None:
+    """The ``type`` of the last ``event: error`` in a stream's tail (as the
+    gateway writes one: ``session_shed``, ``upstream_failed``, ...); ``""``
+    when the event carries no readable type, None when there is no error event."""
+    at = tail.rfind(b"event: error")
+    if at < 0:
+        return None
+    for line in tail[at:].split(b"\n")[1:]:
+        line = line.strip()
+        if line.startswith(b"data:"):
+            try:
+                found = json.loads(line[5:].strip()).get("error", {}).get("type")
+            except (ValueError, UnicodeDecodeError, AttributeError):
+                return ""
+            return found if isinstance(found, str) else ""
+    return ""
+
+
 class _Clock:
     """Scenario seconds since the start of the replay: wall time times the speed."""
 
@@ -300,6 +318,8 @@ async def _call(client: aiohttp.ClientSession, cfg: ReplaySettings, record: Sess
             async for chunk in r.content.iter_any():
                 now = clock.now()
                 if math.isnan(first):
+                    if chunk.lstrip().startswith(b":") and b"data:" not in chunk:
+                        continue  # SSE comments only (the gateway's keep-alive while a call is held): no token yet
                     first = now
                     record.unanswered = False
                 else:
@@ -315,7 +335,9 @@ async def _call(client: aiohttp.ClientSession, cfg: ReplaySettings, record: Sess
     done = clock.now()
     first = first if not math.isnan(first) else done
     usage = usage_from_stream_tail(tail)
-    broken = b"event: error" in tail
+    error = stream_error_kind(tail)
+    # A session the gateway shed while its first call was held ends shed, as in the simulator.
+    outcome = "ok" if error is None else "shed" if error == "session_shed" else "error"
     admitted = sent
     timings = _emulator_timings(tail)
     if timings is not None:
@@ -333,8 +355,9 @@ async def _call(client: aiohttp.ClientSession, cfg: ReplaySettings, record: Sess
     return ReplayCall(sid, index, sent, first, done, status,
                       usage.prompt_tokens if usage else 0,
                       (usage.cached_tokens or 0) if usage else 0,
-                      completion, "error" if broken else "ok", tag, admitted, steps, min(violations, steps),
-                      "stream error" if broken else "")
+                      completion, outcome, tag, admitted, steps, min(violations, steps),
+                      f"stream error ({error})" if outcome == "error" and error else
+                      "stream error" if outcome == "error" else "")
 
 
 def _end(record: SessionRecord, outcome: str, now: float) -> None:
