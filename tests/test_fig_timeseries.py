@@ -15,8 +15,8 @@ from basin.experiments.scenario import load_scenario
 from basin.metrics.actions import ACTION_COLUMNS, action_columns, derived_action_columns, with_action_columns
 from basin.policy.driver import ActionLog, PolicyDriver, capture_drivers
 
-#: Long enough for BASIN to act on the x5 surge (minutes 15-35).
-SHORT = ["duration_min=30", "measure_end_min=30"]
+#: Long enough for BASIN to act on the x5 surge (minutes 15-35): it parks new sessions from minute 33.
+SHORT = ["duration_min=40", "measure_end_min=40"]
 
 
 def _run(system: str, overrides: list[str] | None = None) -> tuple[ScenarioRun, dict[str, np.ndarray]]:

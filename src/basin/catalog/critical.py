@@ -35,6 +35,18 @@ class CriticalRate(BaseModel):
     origin: str = Field(min_length=1)
 
 
+def _profiled(deployment: Deployment, workload: str) -> tuple[Path, float | None]:
+    """The profile file of ``deployment`` as run and its finite, positive
+    ``lambda_c_per_min`` (None when the profile has none); raises when the
+    deployment has no shipped profile, with the command that makes one."""
+    path = profile_path_as_run(deployment, workload)
+    if not path.is_file():  # profile_for raises the error that names the command making it
+        profile_for(deployment.name, deployment.router, workload, deployment.host_ratio)
+    prof = load_profile(path)
+    rate = prof.lambda_c_per_min
+    return path, (rate if 0 < rate < float("inf") else None)
+
+
 def _rate(dep: Deployment, workload: str, path: Path, per_min: float) -> CriticalRate:
     try:
         shown = str(path.resolve().relative_to(PROFILE_DIR.parent))
@@ -48,28 +60,22 @@ def critical_rate(deployment: Deployment, workload: str = DEFAULT_WORKLOAD) -> C
     """The critical rate of ``deployment`` as run (host tier and router
     applied) with ``workload``, or None when it has no cliff profile."""
     try:
-        path = profile_path_as_run(deployment, workload)
+        path, per_min = _profiled(deployment, workload)
     except BasinInputError:
-        return None  # not a shipped deployment (a file or a shape): no shipped profile
-    if not path.is_file():
-        return None
-    prof = load_profile(path)
-    if not prof.lambda_c_per_min > 0 or prof.lambda_c_per_min == float("inf"):
-        return None
-    return _rate(deployment, workload, path, prof.lambda_c_per_min)
+        return None  # not a shipped deployment, or no profile made for it yet
+    return None if per_min is None else _rate(deployment, workload, path, per_min)
 
 
 def require_critical_rate(deployment: Deployment, workload: str, needed_for: str) -> CriticalRate:
     """As :func:`critical_rate`, but a missing profile is an error that says
     what needed it and gives the command that makes one."""
     try:
-        prof = profile_for(deployment.name, deployment.router, workload, deployment.host_ratio)
+        path, per_min = _profiled(deployment, workload)
     except BasinInputError as exc:
         raise BasinInputError(f"{needed_for} needs the critical rate of deployment '{deployment.name}' "
                               f"(host tier {deployment.host_ratio:g}x, router {deployment.router}) with "
                               f"workload '{workload}': {exc}; or give the rate directly") from None
-    path = profile_path_as_run(deployment, workload)
-    if not prof.lambda_c_per_min > 0 or prof.lambda_c_per_min == float("inf"):
+    if per_min is None:
         raise BasinInputError(f"{needed_for}: the cliff profile {path} has no finite lambda_c_per_min; "
                               "remake it with `basin profile`, or give the rate directly")
-    return _rate(deployment, workload, path, prof.lambda_c_per_min)
+    return _rate(deployment, workload, path, per_min)

@@ -36,9 +36,14 @@ from typing import Literal
 from scipy.optimize import brentq
 
 from basin.errors import BasinInputError
-from basin.model.equilibria import departure_peak, low_reuse_rate, stable_and_unstable
-from basin.model.surge import SmallestSurge, smallest_trapping_surge
-from basin.model.throughput import FluidModel
+from basin.model import (
+    FluidModel,
+    SmallestSurge,
+    departure_peak,
+    low_reuse_rate,
+    smallest_trapping_surge,
+    stable_and_unstable,
+)
 
 State = Literal["warming-up", "idle", "safe", "vulnerable", "near-tipping", "past-tipping", "overloaded"]
 #: Every state, in order of alarm (the gauge's label values).

@@ -31,6 +31,7 @@ from basin.model.equilibria import (
 from basin.model.hitcurve import HitCurve, PaperHitCurve, TableHitCurve, fit_table, load_table_csv
 from basin.model.params import FluidParams, Param, WorkloadInput, derive_params, load_workload, resolve_deployment
 from basin.model.resources import LimitClassification, ResourceCondition, classify_limit, resource_condition
+from basin.model.surge import SmallestSurge, smallest_trapping_surge
 from basin.model.throughput import FluidModel, smooth_min
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "HitCurve", "PaperHitCurve", "TableHitCurve", "fit_table", "load_table_csv",
     "FluidParams", "Param", "WorkloadInput", "derive_params", "load_workload", "resolve_deployment",
     "LimitClassification", "ResourceCondition", "classify_limit", "resource_condition",
+    "SmallestSurge", "smallest_trapping_surge",
     "FluidModel", "smooth_min",
     "build_model",
 ]
