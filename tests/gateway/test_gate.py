@@ -244,6 +244,26 @@ def test_signals_use_fresh_scrapes_and_treat_stale_ones_as_unknown():
     assert configured.signals(0.0).gpu_cache_tokens == 8_000
 
 
+def test_the_backlog_counts_the_prefill_work_a_call_adds_not_its_whole_prompt():
+    """An agent's second call resends 30K tokens the engine already holds: only
+    the new 2K are prefill work, as in the simulator, where a running prefill
+    counts only its uncached tokens."""
+    gate = Gate(Scripted([]), CONFIG, StaleEngine(Snap(), 60.0))
+    sess = gate.open_call("s", 0.0, 30_000, None, end=False)
+    first = gate.forwarded(sess, 30_000, 0.0)
+    assert first == 30_000 and gate.signals(0.0).prefill_backlog_tokens == 30_000  # nothing cached yet
+    gate.answering(sess, first)
+    assert gate.signals(0.5).prefill_backlog_tokens == 0
+    gate.done(sess, CallUsage(prompt_tokens=30_000, completion_tokens=200, cached_tokens=0), 1.0)
+    second = gate.forwarded(sess, 32_200, 2.0)
+    assert second == 2_000 and gate.signals(2.0).prefill_backlog_tokens == 2_000
+    gate.answering(sess, second)
+    assert gate.signals(2.5).prefill_backlog_tokens == 0
+    # A call the engine refused leaves the confirmed context where it was: its retry is charged again.
+    gate.done(sess, None, 3.0, refused=True)
+    assert gate.forwarded(sess, 32_200, 4.0) == 2_000
+
+
 def _basin(capacity: int) -> tuple[Gate, BasinPolicy]:
     policy = BasinPolicy(BasinParams(lending=False, margin=1.0, cooldown_s=60.0), predictor=GrowthPredictor(1.5),
                          cliff=CliffSummary(kappa=1.0, x_knee=1.0))

@@ -292,12 +292,14 @@ class Gate:
         """Hold a call until its session is released or resumed (or shed)."""
         self.waiters.setdefault(sess.uid, []).append(waiter)
 
-    def forwarded(self, sess: GatewaySession, prompt_tokens: int, now_s: float) -> None:
-        self.table.call_forwarded(sess, prompt_tokens, now_s)
+    def forwarded(self, sess: GatewaySession, prompt_tokens: int, now_s: float) -> int:
+        """A call went upstream; returns its prefill work, for :meth:`answering`."""
+        work = self.table.call_forwarded(sess, prompt_tokens, now_s)
         self._guarded("the policy's call hook", self.driver.call_issued, sess.uid, prompt_tokens, now_s)
+        return work
 
-    def answering(self, sess: GatewaySession, prompt_tokens: int) -> None:
-        self.table.call_answering(sess, prompt_tokens)
+    def answering(self, sess: GatewaySession, work_tokens: int) -> None:
+        self.table.call_answering(sess, work_tokens)
 
     def done(self, sess: GatewaySession, usage: CallUsage | None, now_s: float, refused: bool = False) -> None:
         """A forwarded call ended (answered, failed or abandoned); ``refused``:

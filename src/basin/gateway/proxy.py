@@ -288,13 +288,13 @@ class Proxy:
                 return self._shed_response(reason, "the session was shed to protect the engine")
         payload = await self._payload(plain, facts, sess, call)
         headers = self._upstream_headers(request, sess)
-        gate.forwarded(sess, call.prompt_tokens, self.clock())
+        work = gate.forwarded(sess, call.prompt_tokens, self.clock())
         self.telemetry.added_latency.observe(time.perf_counter() - started - waited)
         usage: CallUsage | None = None
         refused = True
         try:
             usage, response, refused = await self._forward(request, sess, call, plain, facts, payload, headers,
-                                                           response)
+                                                           response, work)
             return response
         except asyncio.CancelledError:
             refused = False
@@ -392,9 +392,11 @@ class Proxy:
 
     async def _forward(self, request: web.Request, sess: GatewaySession, call: CallMeta, plain: bytes,
                        facts: bodies.BodyFacts, payload: bytes, headers: dict[str, str],
-                       response: web.StreamResponse | None
+                       response: web.StreamResponse | None, work_tokens: int
                        ) -> tuple[CallUsage | None, web.StreamResponse, bool]:
-        """Send the call and relay the answer: (usage, response, whether the engine refused or never got it)."""
+        """Send the call and relay the answer: (usage, response, whether the
+        engine refused or never got it). ``work_tokens``: the call's prefill
+        work in the gateway's backlog, cleared at the answer's first byte."""
         url = self.config.upstream + request.path
         sent_priority = self.send_priority and self.gate.priority_rank(sess) is not None
         for attempt in range(2):
@@ -410,11 +412,11 @@ class Proxy:
             async with up:
                 streaming = up.status == 200 and up.content_type == "text/event-stream"
                 if streaming:
-                    usage, response = await self._relay_stream(request, sess, call, up, response)
+                    usage, response = await self._relay_stream(request, sess, up, response, work_tokens)
                     return usage, response, False
                 try:
                     data = await read_capped(up, self.config.max_upstream_body_bytes)
-                    self.gate.answering(sess, call.prompt_tokens)
+                    self.gate.answering(sess, work_tokens)
                 except TooLarge as exc:
                     self.telemetry.calls.labels("upstream_broke").inc()
                     if response is not None:
@@ -459,8 +461,8 @@ class Proxy:
                   "sessions inside the engine.", data[:200].decode("utf-8", "replace"))
         return True
 
-    async def _relay_stream(self, request: web.Request, sess: GatewaySession, call: CallMeta,
-                            up: aiohttp.ClientResponse, response: web.StreamResponse | None
+    async def _relay_stream(self, request: web.Request, sess: GatewaySession, up: aiohttp.ClientResponse,
+                            response: web.StreamResponse | None, work_tokens: int
                             ) -> tuple[CallUsage | None, web.StreamResponse]:
         if response is None:
             response = web.StreamResponse(status=up.status, headers=self._returned(up))
@@ -470,7 +472,7 @@ class Proxy:
         try:
             async for chunk in up.content.iter_any():
                 if not answering:  # the prompt is prefilled once the first bytes of the answer arrive
-                    self.gate.answering(sess, call.prompt_tokens)
+                    self.gate.answering(sess, work_tokens)
                     answering = True
                 try:
                     await response.write(chunk)

@@ -45,7 +45,9 @@ class GatewaySession:
     confirmed_context_tokens: int = 0
     calls: int = 0
     in_flight: int = 0
-    #: Prompt tokens of this session's calls forwarded and not yet at their first byte.
+    #: Prefill work of this session's calls forwarded and not yet at their
+    #: first byte: each call's prompt beyond the context the engine last
+    #: confirmed (the part it must compute if the session's prefix survived).
     unanswered_prompt_tokens: int = 0
     #: The end marker was seen: the session ends when its last call is answered.
     ending: bool = False
@@ -115,17 +117,27 @@ class SessionTable:
         self._unanswered_sessions += (tokens > 0) - (before > 0)
         sess.unanswered_prompt_tokens = tokens
 
-    def call_forwarded(self, sess: GatewaySession, prompt_tokens: int, now_s: float) -> None:
+    def call_forwarded(self, sess: GatewaySession, prompt_tokens: int, now_s: float) -> int:
+        """A call went to the engine; returns the prefill work it adds to the
+        backlog (hand it back to :meth:`call_answering`).
+
+        A call's backlog is its prompt beyond the context the engine last
+        confirmed for the session, not the whole prompt: the engine computes
+        only what its cache does not hold, and a whole prompt (tens of
+        thousands of tokens for an agent) would make a single call in flight
+        look like a backlog. A prefix evicted since shows up in the hit rate."""
         sess.calls += 1
         sess.in_flight += 1
         self._idle.pop(sess.uid, None)
-        self._set_unanswered(sess, sess.unanswered_prompt_tokens + prompt_tokens)
+        work = max(prompt_tokens - sess.confirmed_context_tokens, 0)
+        self._set_unanswered(sess, sess.unanswered_prompt_tokens + work)
         sess.context_tokens = max(sess.context_tokens, prompt_tokens)
         sess.last_seen_s = now_s
+        return work
 
-    def call_answering(self, sess: GatewaySession, prompt_tokens: int) -> None:
-        """The first byte of the answer arrived: its prompt is no longer backlog."""
-        self._set_unanswered(sess, max(sess.unanswered_prompt_tokens - prompt_tokens, 0))
+    def call_answering(self, sess: GatewaySession, work_tokens: int) -> None:
+        """The first byte of the answer arrived: its prefill is no longer backlog."""
+        self._set_unanswered(sess, max(sess.unanswered_prompt_tokens - work_tokens, 0))
 
     def call_done(self, sess: GatewaySession, usage: CallUsage | None, now_s: float,
                   refused: bool = False) -> None:
