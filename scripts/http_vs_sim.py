@@ -14,11 +14,16 @@ same goes for the one rate of the cliff profile, lambda_c (BASIN sheds while the
 measures, per wall minute at the gateway, exceeds it): the gateway gets a copy of the profile with
 lambda_c multiplied by K.
 
-The emulator has no decode-memory lending (a real SGLang or vLLM engine does not lend its decode
-KV pool to the prefix cache either), and the simulated BASIN counts lent memory in its capacity
-and budget. So basin is also simulated with lending off (`policy_params.lending=false`): that run,
-"sim, no lending", is the like-for-like reference for the HTTP path; the full simulated run is
-reported beside it.
+BASIN lends idle decode memory as prefix cache. No real SGLang or vLLM engine lets a client switch
+that, but the emulator does (`POST /emulator/lending`, on the simulator's lending model, exporting
+the lent memory as `basin_emulator_*` gauges), so the gateway runs basin with
+`--lending-url EMULATOR/emulator/lending` and its lending default kept. The full simulated BASIN
+is therefore the like-for-like reference for the HTTP path. For the budget to count lent memory
+as the simulator does (C_eff = max(C_gpu + lent, C_host)), the gateway is given the GPU tier and
+the host tier separately rather than their maximum as its cache. basin is also still simulated
+with lending off (`policy_params.lending=false`, "sim, no lending") as a second reference, which
+shows what lending is worth. One engine difference remains: the emulator reserves decode KV before
+prefill (SGLang's order), while the simulated BASIN reserves it at prefill completion.
 
     .venv/bin/python scripts/http_vs_sim.py --speed 30 --seeds 0 1
 """
@@ -44,6 +49,18 @@ PROFILE = ROOT / "profiles" / "basin" / "1p3d-h200.yaml"
 SECONDS = {"interval_s": 30.0, "busy_interval_s": 5.0, "shed_horizon_s": 900.0, "cooldown_s": 120.0,
            "context_smoothing_s": 600.0, "plateau_smoothing_s": 600.0}
 PER_SECOND = {"priority_rate_tokens_per_s": 30.0}
+
+
+def _profile_tiers() -> tuple[int, int]:
+    """The GPU and host cache tiers of 1p3d-h200 at host ratio 2 as the simulator counts them
+    (C_eff = max(GPU + lent, host)), read from its cliff profile."""
+    import yaml
+
+    data = yaml.safe_load(PROFILE.read_text())
+    return int(data["gpu_cache_tokens"]), int(data["host_cache_tokens"])
+
+
+GPU_CACHE_TOKENS, HOST_CACHE_TOKENS = _profile_tiers()
 
 
 def wait_up(url: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
@@ -95,7 +112,11 @@ def gateway_config(path: Path, speed: float, predictor: str | None = None) -> No
     # A trapped run holds about a thousand sessions, each with a connection open: lift the gateway's
     # client-connection limit (1000 by default), which the simulated engine does not have.
     config: dict[str, object] = {"scrape_interval_s": scrape, "stale_after_s": 3 * scrape,
-                                 "hit_window_s": max(1.0, 60.0 / speed), "max_connections": 4000}
+                                 "hit_window_s": max(1.0, 60.0 / speed), "max_connections": 4000,
+                                 "host_cache_tokens": HOST_CACHE_TOKENS,
+                                 # An arrival runs a control step after the same growth of the working set
+                                 # (218K tokens) as when the gateway took max(GPU, host) as its cache.
+                                 "arrival_tick_growth": 0.05 * HOST_CACHE_TOKENS / GPU_CACHE_TOKENS}
     if predictor:
         config["predictor"] = predictor
     path.write_text(json.dumps(config))  # JSON is YAML
@@ -117,9 +138,11 @@ def run_http(policy: str, seed: int, speed: float, duration_min: float | None, o
         cmd = [BASIN, "gateway", "--engine", "sglang", "--upstream", eurl,
                "--metrics-url", f"{eurl}/metrics/prefill", "--decode-metrics-url", f"{eurl}/metrics/decode",
                "--policy", policy, "--listen", f"127.0.0.1:{gport}", "--config", str(cfg),
-               # the budget counts the host tier, as the simulator's does: max(GPU, host) = 4.36M
-               "--cache-tokens", "4360000", "--log-level", "warning"]
+               # the GPU tier here, the host tier in the config: the budget counts both as the simulator's
+               # does, max(GPU + lent, host) (4.36M while nothing is lent)
+               "--cache-tokens", str(GPU_CACHE_TOKENS), "--log-level", "warning"]
         if policy == "basin":
+            cmd += ["--lending-url", f"{eurl}/emulator/lending"]
             cmd += ["--profile", str(wall_clock_profile(logs / f"profile-x{speed:g}.yaml", speed))]
             cmd += [x for k, v in SECONDS.items() for x in ("--param", f"{k}={v / speed:g}")]
             cmd += [x for k, v in PER_SECOND.items() for x in ("--param", f"{k}={v * speed:g}")]
@@ -149,7 +172,7 @@ def run_sim(seed: int, duration_min: float | None, out: Path) -> dict[str, dict]
 
 
 def run_sim_no_lending(seed: int, duration_min: float | None, out: Path) -> dict:
-    """basin simulated as the emulated engine can serve it: no decode memory lent as cache."""
+    """basin simulated without decode memory lent as cache (the second reference: what lending is worth)."""
     d = out / f"sim-nolend-s{seed}"
     subprocess.run([BASIN, "run", SCENARIO, "--system", "basin", "--set", "policy_params.lending=false",
                     *overrides(duration_min), "--seed", str(seed), "--no-plots", "--out", str(d)],

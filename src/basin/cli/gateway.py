@@ -23,6 +23,10 @@ def gateway(
                                           "prefill server; repeatable (default UPSTREAM/metrics)."),
     decode_metrics_url: list[str] = typer.Option([], "--decode-metrics-url", help="/metrics of each PD decode "
                                                  "server (decode-memory queue); repeatable."),
+    lending_url: Optional[str] = typer.Option(None, "--lending-url", help="Engine endpoint taking the policy's "
+                                              "decode-memory lending switch, e.g. http://127.0.0.1:30000/emulator/"
+                                              "lending (basin emulate's; a stock engine has none). Unset: lending "
+                                              "stays off."),
     policy: Optional[str] = typer.Option(None, "--policy", help="Control policy by name (default basin)."),
     profile: Optional[Path] = typer.Option(None, "--profile", help="BASIN cliff profile from `basin profile`."),
     listen: Optional[str] = typer.Option(None, "--listen", help="HOST:PORT to bind (default 127.0.0.1:8400)."),
@@ -70,7 +74,7 @@ def gateway(
             params[name.strip()] = value
     overrides: dict[str, object] = {
         "upstream": upstream, "engine": engine, "metrics_urls": metrics_url or None,
-        "decode_metrics_urls": decode_metrics_url or None, "policy": policy,
+        "decode_metrics_urls": decode_metrics_url or None, "lending_url": lending_url, "policy": policy,
         "profile": str(profile) if profile else None, "cache_tokens": cache_tokens,
         "admin_token": os.environ.get("BASIN_ADMIN_TOKEN") or None, "session_binding": session_binding,
         "record": str(record) if record else None, "monitor_deployment": monitor,

@@ -11,6 +11,11 @@ against the cache, pay the PD transfer, cache the prompt, decode. What the
 simulator gets from a session's trajectory (prompt, output, cache key) comes
 here from the request (:mod:`basin.emulate.calls`).
 
+Decode-memory lending (BASIN's engine change, :mod:`basin.sim.lending`) is
+the simulator's too, switched from outside (:meth:`EmulatedEngine.lending`,
+the server's ``POST /emulator/lending``): after a call, its decode instance
+may keep the prompt as a unit for the session's next call.
+
 No clock and no I/O: the driver advances the model to a simulated time and
 asks when the next event is due; the same calls at the same simulated times
 give the same timings.
@@ -18,6 +23,7 @@ give the same timings.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from collections.abc import Callable
@@ -28,6 +34,7 @@ from basin.emulate.calls import ChatCall, RequestError, affinity_uid
 from basin.sim.cache import RadixCache
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import ENGINE, EventLoop
+from basin.sim.lending import LendingConfig, LentMemory, LentTier
 from basin.sim.prefill import PrefillInstance
 from basin.sim.router import choose_decode, choose_prefill
 from basin.sim.sessions import Piece, Request, SessionState
@@ -97,6 +104,19 @@ class DecodeFigures:
     transfer_requests: int
     kv_tokens: int
     kv_used_fraction: float
+    #: Decode memory now lent as prefix cache (0 while lending was never switched on).
+    lent_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class LendingState:
+    """Decode-memory lending as the engine now runs it."""
+
+    on: bool
+    #: Lent memory never exceeds this share of a decode instance's KV (phi).
+    cap_fraction: float
+    lent_tokens: int
+    decode_kv_tokens: int
 
 
 class EmulatedEngine:
@@ -133,6 +153,13 @@ class EmulatedEngine:
         self._in_transfer = [0] * len(self.decodes)
         self.generation_tokens_total = 0
         self.calls_finished = 0
+        #: Decode memory lent as prefix cache: wired in at the first switch-on and kept (as the
+        #: simulator wires it for the first policy that asks); off until then.
+        self.lent_tier: LentTier | None = None
+        self.lending_on = False
+        self.lend_cap_fraction = LendingConfig().cap_fraction
+        #: Each lent unit's prompt key and the prefill instance that cached it, by session uid.
+        self._lent_keys: dict[int, tuple[list[Piece], int]] = {}
 
     # ------------------------------------------------------------------ time
     @property
@@ -174,6 +201,8 @@ class EmulatedEngine:
         state = SessionState(affinity_uid(call.affinity), record, "emulated", now, 0, None)
         key: list[Piece] = list(call.key)
         state.key = key
+        if self.lent_tier is not None:
+            self._drop_foreign_unit(state.uid, key)
         req = Request(state, 0, key, self._seq, now)
         req.prio = queue_key
         state.inflight = req
@@ -277,11 +306,94 @@ class EmulatedEngine:
     def _finished(self, req: Request) -> None:
         self.generation_tokens_total += req.output
         self.calls_finished += 1
+        if self.lent_tier is not None:
+            self._lend(req)
         handle = self._calls.pop(req.seq, None)
         if handle is not None:
             handle.finished_s = self.loop.now
             if handle.listener is not None:
                 handle.listener(handle)
+
+    # -------------------------------------------------------------- lending
+    def lending(self, on: bool, cap_fraction: float | None = None) -> LendingState:
+        """Lend idle decode memory as prefix cache from the next call's finish on, or stop, as the
+        simulator's ``Simulator.lending`` does: switching off adopts no more units and reclaims below
+        the margin; units already lent go when decode needs the memory or the session moves on.
+        ``cap_fraction`` (phi) replaces the cap of lent memory, now and for later units."""
+        if cap_fraction is not None:
+            if not 0.0 < cap_fraction <= 1.0:
+                raise ValueError(f"cap_fraction must be in (0, 1], got {cap_fraction!r}")
+            self.lend_cap_fraction = cap_fraction
+            if self.lent_tier is not None:
+                config = dataclasses.replace(self.lent_tier.config, cap_fraction=cap_fraction)
+                self.lent_tier.config = config
+                for memory in self.lent_tier.memories:
+                    memory.config = config
+        if on and self.lent_tier is None:
+            self._wire_lending()
+        if self.lent_tier is not None:
+            self.lending_on = on
+            if not on:
+                for d in self.decodes:
+                    assert d.lending is not None
+                    d.lending.maintain(d.free_beyond_demand(), self._prefill_holds)
+        return self.lending_state()
+
+    def lending_state(self) -> LendingState:
+        return LendingState(on=self.lending_on, cap_fraction=self.lend_cap_fraction, lent_tokens=self.lent_tokens,
+                            decode_kv_tokens=sum(d.capacity for d in self.decodes))
+
+    @property
+    def lent_tokens(self) -> int:
+        return self.lent_tier.lent_tokens if self.lent_tier is not None else 0
+
+    def _wire_lending(self) -> None:
+        """Give each decode instance its lent memory and the prefill side the tier over them
+        (``Simulator._apply_needs``)."""
+        config = LendingConfig(cap_fraction=self.lend_cap_fraction)
+        memories: list[LentMemory] = []
+        for d in self.decodes:
+            d.lending = LentMemory(d.capacity, config)
+            d.held_by_prefill = self._prefill_holds
+            memories.append(d.lending)
+        self.lent_tier = LentTier(memories, config)
+        for p in self.prefills:
+            p.lower_tiers.append(self.lent_tier)
+
+    def _lend(self, req: Request) -> None:
+        """After a call, its decode instance may keep the prompt as a unit (``Simulator._lend``; the
+        emulator never knows a call is its session's last, so any call may leave one)."""
+        tier, d = self.lent_tier, req.decode
+        assert tier is not None and d is not None and d.lending is not None and req.prefill is not None
+        uid = req.session.uid
+        if self.lending_on and not d.waiting and d.lending.adopt(uid, req.prompt, d.free_beyond_demand()):
+            tier.record(uid, d.index)
+            self._lent_keys[uid] = (req.key, req.prefill.index)
+        else:
+            tier.forget(uid)
+            self._lent_keys.pop(uid, None)
+        d.lending.maintain(d.free_beyond_demand(), self._prefill_holds)
+        units = sum(len(m.units) for m in tier.memories)
+        if len(self._lent_keys) > 2 * units + 64:
+            # Units reclaimed under memory pressure leave their index entries behind: sweep them.
+            for gone in [u for u in self._lent_keys if not tier.covered_tokens(u, 0)]:
+                tier.forget(gone)
+                del self._lent_keys[gone]
+
+    def _drop_foreign_unit(self, uid: int, key: list[Piece]) -> None:
+        """A unit is fetched by session alone, since a simulated session's prompts only grow. Here a
+        session's next call may not extend its last prompt (an edited message, or two conversations
+        under one routing key): such a unit could not serve it, and is dropped rather than counted."""
+        held = self._lent_keys.get(uid)
+        if held is not None and key[:len(held[0])] != held[0]:
+            assert self.lent_tier is not None
+            self.lent_tier.forget(uid)
+            del self._lent_keys[uid]
+
+    def _prefill_holds(self, uid: int, tokens: int) -> bool:
+        """Whether the unit's prompt is still in its prefill cache (such units are reclaimed first)."""
+        held = self._lent_keys.get(uid)
+        return held is not None and self.prefills[held[1]].cache.peek(held[0]) >= tokens
 
     # --------------------------------------------------------------- figures
     def prefill_figures(self) -> list[PrefillFigures]:
@@ -305,7 +417,7 @@ class EmulatedEngine:
                 index=d.index, running_requests=len(d.batch), joining_requests=len(d.pending),
                 memory_wait_requests=sum(1 for _, _, r in d.wait if not r.cancelled),
                 transfer_requests=self._in_transfer[d.index], kv_tokens=d.capacity,
-                kv_used_fraction=min(1.0, d.used / d.capacity))
+                kv_used_fraction=min(1.0, d.used / d.capacity), lent_tokens=d.lent)
             for d in self.decodes
         ]
 

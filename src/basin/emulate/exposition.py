@@ -10,6 +10,10 @@ of the prefill instances with the decode-memory series of the decode ones
 (so the capacity a scraper sums is the prefix cache, not decode KV). vLLM
 has no PD view: one engine (``engine="0"``) whose KV cache is the prefix
 cache and whose KV usage is decode memory's.
+
+Besides the engines' names, two ``basin_emulator_*`` gauges carry what only
+this engine has, decode memory lent as prefix cache and the decode KV it is
+lent from (the gateway's lending switch reads them; docs/emulate.md).
 """
 
 from __future__ import annotations
@@ -28,6 +32,13 @@ View = Literal["all", "prefill", "decode"]
 VIEWS: tuple[str, ...] = ("all", "prefill", "decode")
 
 _SGLANG_LABELS = ["model_name", "engine_type", "dp_rank", "tp_rank"]
+#: The emulator's own series; no SGLang or vLLM build exports them.
+LENT_CACHE_TOKENS = "basin_emulator_lent_cache_tokens"
+DECODE_KV_TOKENS = "basin_emulator_decode_kv_tokens"
+_LENT_HELP = ("Decode KV memory lent to the prefill side as prefix cache, in tokens (BASIN's engine change, "
+              "switched by POST /emulator/lending; real SGLang and vLLM have no such metric).")
+_DECODE_KV_HELP = ("Decode KV capacity in tokens, the memory lending draws from (basin emulate only; real "
+                   "SGLang and vLLM have no such metric).")
 
 
 def _mean(values: list[float]) -> float:
@@ -77,6 +88,8 @@ class _EngineCollector(Collector):
                           "The number of requests in the decode prealloc queue.")
         transfer = family(GaugeMetricFamily, "sglang:num_decode_transfer_queue_reqs",
                           "The number of requests in the decode transfer queue.")
+        lent = family(GaugeMetricFamily, LENT_CACHE_TOKENS, _LENT_HELP)
+        kv = family(GaugeMetricFamily, DECODE_KV_TOKENS, _DECODE_KV_HELP)
         for g in dec:
             if view == "decode":
                 queue.add_metric(d_labels(g.index), g.joining_requests)
@@ -85,9 +98,11 @@ class _EngineCollector(Collector):
             usage.add_metric(d_labels(g.index), g.kv_used_fraction)
             prealloc.add_metric(d_labels(g.index), g.memory_wait_requests)
             transfer.add_metric(d_labels(g.index), g.transfer_requests)
+            lent.add_metric(d_labels(g.index), g.lent_tokens)
+            kv.add_metric(d_labels(g.index), g.kv_tokens)
         yield from (queue, running, usage, hit, total)
         if dec:
-            yield from (prealloc, transfer)
+            yield from (prealloc, transfer, lent, kv)
         if pre:
             prompt = CounterMetricFamily("sglang:prompt_tokens", "Number of prefill tokens processed.",
                                          labels=["model_name"])
@@ -133,7 +148,11 @@ class _EngineCollector(Collector):
         prompt.add_metric(ours, sum(f.prompt_tokens_total for f in pre))
         gen = CounterMetricFamily("vllm:generation_tokens", "Number of generation tokens processed.", labels=labels)
         gen.add_metric(ours, eng.generation_tokens_total)
-        yield from (waiting, running, usage, info, queries, hits, prompt, gen)
+        lent = GaugeMetricFamily(LENT_CACHE_TOKENS, _LENT_HELP, labels=labels)
+        lent.add_metric(ours, sum(g.lent_tokens for g in dec))
+        kv = GaugeMetricFamily(DECODE_KV_TOKENS, _DECODE_KV_HELP, labels=labels)
+        kv.add_metric(ours, sum(g.kv_tokens for g in dec))
+        yield from (waiting, running, usage, info, queries, hits, prompt, gen, lent, kv)
 
 
 def metrics_text(engine: EmulatedEngine, style: MetricsStyle, model: str, view: View = "all") -> str:

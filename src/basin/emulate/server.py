@@ -10,11 +10,16 @@ events nothing runs: an idle emulator costs nothing.
 Streams send the first token at the call's first-token time and the rest at
 the decode instance's current step cost, polled every ``step / speed`` wall
 seconds (at least :data:`MIN_POLL_S`), the last one at the call's finish.
+
+``POST /emulator/lending`` switches decode-memory lending, BASIN's engine
+change, which no stock engine lets a client switch; the gateway's
+``lending_url`` points here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import random
@@ -140,6 +145,8 @@ class EmulatorServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/metrics/{view}", self._metrics)
         app.router.add_get("/emulator/clock", self._clock)
+        app.router.add_get("/emulator/lending", self._lending_state)
+        app.router.add_post("/emulator/lending", self._lending)
         if self.config.metrics_style == "sglang":
             app.router.add_get("/get_server_info", self._server_info)
             app.router.add_get("/server_info", self._server_info)
@@ -288,6 +295,28 @@ class EmulatorServer:
                                   "calls_in_flight": self.engine.calls_in_flight,
                                   "calls_finished": self.engine.calls_finished})
 
+    async def _lending(self, request: web.Request) -> web.Response:
+        """Switch decode-memory lending at the simulated now; answers the resulting state."""
+        try:
+            try:
+                body = await request.json()
+            except ValueError:
+                raise RequestError("(body)", "the request body is not valid JSON") from None
+            on, cap_fraction = parse_lending(body)
+        except RequestError as exc:
+            return _error(400, str(exc), exc.field)
+        self.sync()
+        before = self.engine.lending_on
+        state = self.engine.lending(on, cap_fraction)
+        self._arm()
+        if state.on != before:
+            log.info("decode-memory lending %s at simulated %.1f s", "on" if state.on else "off", self.engine.now)
+        return web.json_response(dataclasses.asdict(state))
+
+    async def _lending_state(self, request: web.Request) -> web.Response:
+        self.sync()
+        return web.json_response(dataclasses.asdict(self.engine.lending_state()))
+
     async def _server_info(self, request: web.Request) -> web.Response:
         """SGLang's server info: priority scheduling on, higher values first (its default)."""
         eng = self.engine
@@ -301,6 +330,28 @@ class EmulatorServer:
             "emulator": {"deployment": dep.name, "hardware": dep.hardware, "shape": dep.shape,
                          "host_ratio": dep.host_ratio, "router": dep.router, "speed": self.config.speed},
         })
+
+
+def parse_lending(body: object) -> tuple[bool, float | None]:
+    """``{"on": true}`` (and optionally ``"cap_fraction"``, the cap of lent memory as a share of decode KV)
+    as ``(on, cap_fraction)``; :class:`RequestError` names the bad field."""
+    if not isinstance(body, dict):
+        raise RequestError("(body)", 'expected a JSON object such as {"on": true}')
+    for name in body:
+        if name not in ("on", "cap_fraction"):
+            raise RequestError(str(name), "unknown; the body takes 'on' (true or false) and optionally "
+                               "'cap_fraction' (a share of decode KV in (0, 1])")
+    if "on" not in body:
+        raise RequestError("on", "required: true to lend idle decode memory as prefix cache, false to stop")
+    on = body["on"]
+    if not isinstance(on, bool):
+        raise RequestError("on", f"expected true or false, got {on!r}")
+    cap = body.get("cap_fraction")
+    if cap is None:
+        return on, None
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0.0 < cap <= 1.0:
+        raise RequestError("cap_fraction", f"expected a number in (0, 1], got {cap!r}")
+    return on, float(cap)
 
 
 def _listener(first: asyncio.Event, done: asyncio.Event) -> Callable[[EmulatedCall], None]:

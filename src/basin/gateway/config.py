@@ -34,6 +34,10 @@ class GatewayConfig(BaseModel):
         "cache); default UPSTREAM/metrics, none for engine 'openai'; [] turns scraping off")
     decode_metrics_urls: tuple[str, ...] = Field(
         default=(), description="/metrics of PD decode servers (requests waiting for decode memory, its usage)")
+    lending_url: str | None = Field(
+        default=None, description="Where to POST the policy's decode-memory lending switch ({\"on\": true}), "
+        "e.g. basin emulate's UPSTREAM/emulator/lending; a stock engine has no such control. Unset: a "
+        "policy runs with lending off and is told of no lent memory")
     low_priority_first: bool | None = Field(
         default=None, description="SGLang only: the server runs --schedule-low-priority-values-first "
         "(default: read from the server's info)")
@@ -145,6 +149,11 @@ class GatewayConfig(BaseModel):
         if not urlsplit(url).hostname:
             raise ValueError("expected an http(s) URL such as http://127.0.0.1:30000")
         return url
+
+    @field_validator("lending_url")
+    @classmethod
+    def _lending_url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_url(value)
 
     @field_validator("metrics_urls", "decode_metrics_urls")
     @classmethod

@@ -13,6 +13,11 @@ control step that raises is logged with its traceback, counted and retried
 with a growing delay; after ``control_failure_limit`` failures in a row the
 gateway reports itself unhealthy and sheds what is parked (with a retryable
 503) rather than hold calls that no tick will release.
+
+Decode-memory lending is the engine's to do: with ``lending_url`` set, the
+policy's decision goes to the engine through a
+:class:`~basin.gateway.lending.LendingSwitch` and the lent memory the engine
+reports comes back in its figures; without it, a gateway lends nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import hmac
 import logging
 import math
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from basin.catalog import effective_cache_tokens
 from basin.gateway.config import GatewayConfig
@@ -32,10 +37,13 @@ from basin.gateway.sessions import GatewaySession, SessionState, SessionTable
 from basin.gateway.snapshot import EngineSnapshot
 from basin.gateway.usage import CallUsage
 from basin.jsonvalues import json_values
-from basin.policy.base import Admission, Policy, SessionInfo, Signals
+from basin.policy.base import Admission, EngineNeeds, Policy, SessionInfo, Signals
 from basin.policy.driver import MIN_TICK_S, EngineFigures, PolicyDriver
 from basin.policy.params import PolicyParamError
 from basin.workload.records import Session
+
+if TYPE_CHECKING:
+    from basin.gateway.lending import LendingSwitch  # its HTTP client is the server's business
 
 log = logging.getLogger("basin.gateway")
 
@@ -62,6 +70,21 @@ def arrival_tick_due(last_tick_s: float | None, now_s: float, working_set: int, 
     if last_tick_s is not None and now_s - last_tick_s < MIN_TICK_S:
         return False
     return working_set - working_set_at_tick >= growth * capacity_tokens
+
+
+def unprovided(needs: EngineNeeds, config: GatewayConfig) -> tuple[str, ...]:
+    """The mechanisms ``needs`` requires that this gateway cannot provide: every one, but
+    decode-memory lending when the engine takes the switch (``lending_url``)."""
+    if config.lending_url is not None:
+        needs = dataclasses.replace(needs, decode_memory_lending=False)
+    return needs.required()
+
+
+def lending_hint(needs: EngineNeeds, config: GatewayConfig) -> str:
+    """How lending could be provided, when ``needs`` asks for it and this gateway cannot send it."""
+    if not needs.decode_memory_lending or config.lending_url is not None:
+        return ""
+    return " (lending only with an engine that takes the switch: lending_url, --lending-url)"
 
 
 def slot_capacity_tokens(slots: int, slot_tokens: int, admitted: int, working_set: int) -> int:
@@ -135,6 +158,8 @@ class Gate:
         #: The vulnerability monitor, handed an observation after each control step (set by the server).
         self.monitor: VulnerabilityMonitor | None = None
         self.monitor_errors = 0
+        #: ``lending_url``: sends the policy's lending decision to the engine (set by the server).
+        self.lender: LendingSwitch | None = None
 
     @property
     def policy(self) -> Policy:
@@ -162,7 +187,9 @@ class Gate:
     def engine_figures(self, now_s: float) -> EngineFigures:
         """The engine's side of the policy's view: the engine's figures only
         while the last scrape is fresh (a stale scrape counts as unknown,
-        never as idle or as saturated), else the gateway's own accounting."""
+        never as idle or as saturated), else the gateway's own accounting.
+        Lent memory and decode KV come from the scrape only with ``lending_url``
+        set (0 otherwise, and while unreported or stale)."""
         snap, stale = self._engine_snapshot(now_s)
         table = self.table
         hit = table.hit_rate(now_s, self.config.hit_window_s)
@@ -175,6 +202,9 @@ class Gate:
         queue = snap.queue_requests if snap is not None else table.unanswered_sessions()
         gpu = int(capacity) if capacity else UNKNOWN_CAPACITY_TOKENS
         host = self.config.host_cache_tokens
+        lent = decode_kv = 0
+        if self.config.lending_url is not None and snap is not None:
+            lent, decode_kv = snap.lent_cache_tokens or 0, snap.decode_kv_tokens or 0
         return EngineFigures(
             hit_rate=hit,
             prefill_queue_requests=queue,
@@ -184,8 +214,8 @@ class Gate:
             gpu_cache_tokens=gpu,
             host_cache_tokens=host,
             effective_cache_tokens=effective_cache_tokens(gpu, host),
-            lent_cache_tokens=0,
-            decode_kv_tokens=0,
+            lent_cache_tokens=lent,
+            decode_kv_tokens=decode_kv,
             stale_s=stale,
         )
 
@@ -225,7 +255,10 @@ class Gate:
         """The engine reads the order from each call's priority field (see :meth:`priority_rank`)."""
 
     def lending(self, on: bool) -> None:
-        """A gateway lends no decode memory (policies that need it are refused at start)."""
+        """Called at every control step: the switch goes to the engine when it changes (``lending_url``);
+        without one a gateway lends nothing (policies that need lending are refused at start)."""
+        if self.lender is not None:
+            self.lender.want(on, self.policy.needs.lend_cap_fraction)
 
     # ------------------------------------------------------------ calls
     def open_call(self, session_id: str, now_s: float, prompt_tokens: int, task_text: str | None,
@@ -442,10 +475,11 @@ class Gate:
             candidate = self.policy.params.with_params(**updates)
         except PolicyParamError as exc:
             raise ValueError(str(exc)) from None
-        missing = self.policy.needs_with(candidate).required()
+        needs = self.policy.needs_with(candidate)
+        missing = unprovided(needs, self.config)
         if missing:
             raise ValueError(f"these parameters would need {', '.join(missing)} inside the engine, which a "
-                             "gateway cannot provide; the old parameters stay")
+                             f"gateway cannot provide{lending_hint(needs, self.config)}; the old parameters stay")
         self.policy.update_params(**updates)
         return json_values(self.policy.params.as_dict(), nonfinite="string")
 

@@ -27,6 +27,15 @@ def _mean(values: Sequence[float]) -> float:
     return sum(known) / len(known) if known else math.nan
 
 
+def _summed(groups: Sequence[Sequence[int | None]]) -> int | None:
+    """The sum over the first group that reports the figure at all (None: none does)."""
+    for group in groups:
+        known = [v for v in group if v is not None]
+        if known:
+            return sum(known)
+    return None
+
+
 @dataclass
 class EngineMetrics:
     """Merged view over the pollers; the gate reads ``latest``, ``stale_s``
@@ -62,6 +71,9 @@ class EngineMetrics:
         if capacities:
             self.capacity_tokens = sum(capacities)
         memory = decode or engine
+        # Decode memory's own figures: the decode servers', else the engine's (one view of each instance).
+        lent = _summed([[s.lent_cache_tokens for s in decode], [s.lent_cache_tokens for s in engine]])
+        kv = _summed([[s.decode_kv_tokens for s in decode], [s.decode_kv_tokens for s in engine]])
         return EngineSnapshot(
             at_s=min(s.at_s for s in engine + decode),
             hit_rate=_mean([s.hit_rate for s in engine]),
@@ -71,6 +83,8 @@ class EngineMetrics:
             decode_wait_requests=sum(s.decode_wait_requests for s in engine + decode),
             cache_capacity_tokens=self.capacity_tokens,
             found=tuple(sorted({name for s in engine + decode for name in s.found})),
+            lent_cache_tokens=lent,
+            decode_kv_tokens=kv,
         )
 
     def stale_s(self, now_s: float) -> float:

@@ -25,7 +25,8 @@ from basin.gateway.adapters.llamacpp import LlamaCppAdapter
 from basin.gateway.config import GatewayConfig
 from basin.gateway.connections import ConnectionGuard, GuardedRunner, refuse_over_limit
 from basin.gateway.exposition import MonitorCollector
-from basin.gateway.gate import Gate
+from basin.gateway.gate import Gate, lending_hint, unprovided
+from basin.gateway.lending import LendingSwitch
 from basin.gateway.monitor import MonitorSettings, build_monitor, find_smallest_surge
 from basin.gateway.proxy import GATED_PATHS, PASSTHROUGH_PATHS, Proxy, error_response
 from basin.gateway.record import RecordFile, TrafficRecorder
@@ -42,7 +43,8 @@ log = logging.getLogger("basin.gateway")
 MONITOR_SAMPLES = 30
 
 #: Gateway defaults of policies whose full form needs the engine's help:
-#: BASIN runs without decode-memory lending, which only an engine can do.
+#: BASIN runs without decode-memory lending, which only an engine can do
+#: (unless the engine takes the switch, ``lending_url``: then its own default).
 GATEWAY_DEFAULTS: dict[str, dict[str, object]] = {
     name: {"lending": False} for name in ("basin", "basin-paper", "basin-prior")}
 
@@ -50,18 +52,21 @@ GATEWAY_DEFAULTS: dict[str, dict[str, object]] = {
 def build_policy(config: GatewayConfig) -> Policy:
     """The configured policy as a gateway can run it. A policy that needs an
     engine mechanism a gateway cannot provide is refused, naming it; one that
-    merely prefers such a mechanism runs without it (the start-up log says so)."""
-    params: dict[str, object] = {**GATEWAY_DEFAULTS.get(config.policy, {}), **config.policy_params}
+    merely prefers such a mechanism runs without it (the start-up log says so).
+    With ``lending_url`` the gateway provides lending, so no default turns it off."""
+    defaults = {} if config.lending_url is not None else GATEWAY_DEFAULTS.get(config.policy, {})
+    params: dict[str, object] = {**defaults, **config.policy_params}
     if config.policy in BUILD_OPTIONS and "predictor" in BUILD_OPTIONS[config.policy]:
         params["predictor"] = config.predictor
     if config.policy in BUILD_OPTIONS and "profile" in BUILD_OPTIONS[config.policy] and config.profile:
         params["profile"] = config.profile
     policy = build_system_policy(config.policy, params, RunContext())
-    missing = policy.needs.required()
+    missing = unprovided(policy.needs, config)
     if missing:
         raise BasinInputError(
             f"policy '{config.policy}' needs {', '.join(missing)} inside the engine, which a gateway in front of "
-            f"an unmodified engine cannot provide; use one of {', '.join(gateway_policies())}")
+            f"an unmodified engine cannot provide{lending_hint(policy.needs, config)}; use one of "
+            f"{', '.join(gateway_policies())}")
     return policy
 
 
@@ -115,6 +120,8 @@ class GatewayServer:
         self.warnings = list(await self.adapter.check_features(self.client, cfg.upstream))
         self.gate = Gate(self.policy, cfg, self.poller, cfg.cache_tokens, origin_s=self.clock())
         self.gate.slots = self._slots_from_engine()
+        if cfg.lending_url is not None:
+            self.gate.lender = LendingSwitch(cfg.lending_url, self.client)
         if cfg.record is not None:
             self._record_to(cfg)
         if cfg.monitor_deployment is not None:
@@ -199,6 +206,8 @@ class GatewayServer:
             self._runner = None
         if self.proxy is not None:
             self.proxy.workers.close()
+        if self.gate is not None and self.gate.lender is not None:
+            await self.gate.lender.stop()
         if self.client is not None:
             await self.client.close()
         self._close_record()
@@ -256,6 +265,9 @@ class GatewayServer:
         log.info("basin gateway: policy %s in front of %s (%s); engine metrics %s",
                  self.policy.name, cfg.upstream, cfg.engine,
                  ", ".join(cfg.effective_metrics_urls + cfg.decode_metrics_urls) or "none")
+        if cfg.lending_url is not None:
+            log.info("decode-memory lending switched through %s (policy %s lends: %s)", cfg.lending_url,
+                     self.policy.name, "yes" if self.policy.needs.decode_memory_lending else "no")
         preferred = self.policy.needs.preferred()
         if preferred:
             log.info("policy %s runs without what only the engine can do: %s", self.policy.name,
@@ -377,6 +389,7 @@ class GatewayServer:
             "last_error": self.poller.last_error,
             "last_call_error": self.proxy.last_upstream_error if self.proxy else None,
             "snapshot": self.poller.latest.as_dict() if self.poller.latest else None,
+            "lending": self.gate.lender.state() if self.gate.lender is not None else None,
             "warnings": self.warnings,
         }
         return web.json_response(state)

@@ -19,6 +19,10 @@ class EngineSnapshot:
     decode_wait_requests: int
     cache_capacity_tokens: int | None
     found: tuple[str, ...]
+    #: Decode memory lent as prefix cache and the decode KV it comes from, in tokens: only
+    #: ``basin emulate`` exports them (``basin_emulator_*``); None elsewhere.
+    lent_cache_tokens: int | None = None
+    decode_kv_tokens: int | None = None
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready view (NaN becomes None) for the gateway's state endpoint."""

@@ -31,6 +31,11 @@ _SIGNALS = {
     "mean_context_tokens": "basin_gateway_signal_mean_context_tokens",
     "stale_s": "basin_gateway_signal_staleness_seconds",
 }
+#: Signals only a lending engine reports (exported with ``lending_url`` set).
+_LENDING_SIGNALS = {
+    "lent_cache_tokens": "basin_gateway_signal_lent_cache_tokens",
+    "decode_kv_tokens": "basin_gateway_signal_decode_kv_tokens",
+}
 
 
 class _GateCollector(Collector):
@@ -67,9 +72,17 @@ class _GateCollector(Collector):
                                 value=float(gate.control_failures))
         yield CounterMetricFamily("basin_gateway_control_errors", "Exceptions raised by the policy, in all",
                                   value=float(gate.control_errors))
+        lender = gate.lender
+        if lender is not None:
+            confirmed = math.nan if lender.confirmed is None else float(lender.confirmed[0])
+            yield GaugeMetricFamily("basin_gateway_lending_on", "Decode-memory lending as the engine last "
+                                    "confirmed it (1 on, 0 off, NaN not yet confirmed)", value=confirmed)
+            yield CounterMetricFamily("basin_gateway_lending_switch_failures", "Failed posts of the lending "
+                                      "switch to lending_url, in all", value=float(lender.failures))
         # Absent before the first control tick; an unknown capacity is NaN, not a huge cache.
         if gate.last_signals is not None:
-            for name, metric in _SIGNALS.items():
+            signals = {**_SIGNALS, **(_LENDING_SIGNALS if lender is not None else {})}
+            for name, metric in signals.items():
                 value = float(getattr(gate.last_signals, name))
                 if name == "gpu_cache_tokens" and value >= UNKNOWN_CAPACITY_TOKENS:
                     value = math.nan

@@ -15,6 +15,7 @@ engines have renamed (see docs/gateway.md for the table).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from typing import TYPE_CHECKING, ClassVar, Self
@@ -27,6 +28,12 @@ if TYPE_CHECKING:
 
 # One logger for the adapters and the poller: the name operators filter on.
 log = logging.getLogger("basin.gateway.engines")
+
+#: ``basin emulate``'s own gauges (decode memory lent as cache, decode KV), read under any engine's
+#: names when present; no stock engine exports them, so they are not among an adapter's expected series.
+EMULATOR_LENT_CACHE_TOKENS = "basin_emulator_lent_cache_tokens"
+EMULATOR_DECODE_KV_TOKENS = "basin_emulator_decode_kv_tokens"
+EMULATOR_GAUGES = frozenset((EMULATOR_LENT_CACHE_TOKENS, EMULATOR_DECODE_KV_TOKENS))
 
 
 def count(x: float | None) -> int:
@@ -73,7 +80,7 @@ class EngineAdapter:
         self._previous: dict[tuple, float] = {}
         self._wanted = frozenset(
             list(self.gauges) + [n for base in self.counters for n in counter_names(base)]
-        )
+        ) | EMULATOR_GAUGES
         #: None until a probe or an engine answer says otherwise;
         #: False = the engine ignores or rejects the field, so it is no longer sent.
         self.priority_enabled: bool | None = None
@@ -120,13 +127,18 @@ class EngineAdapter:
         every expected series; the counter state is then left untouched.
         """
         index = index_series(self.name, text, self._wanted)
-        if not index:
+        if not index.keys() - EMULATOR_GAUGES:
             raise diagnose(self.name, text, self.expected_series, self.metrics_hint)
         reader = Reader(index)
         deltas = Deltas(self._previous)
         snapshot = self._snapshot(reader, deltas, at_s)
         self._previous = deltas.current
-        return snapshot
+        lent, kv = reader.total(EMULATOR_LENT_CACHE_TOKENS), reader.total(EMULATOR_DECODE_KV_TOKENS)
+        if lent is None and kv is None:
+            return snapshot
+        return dataclasses.replace(snapshot, lent_cache_tokens=None if lent is None else count(lent),
+                                   decode_kv_tokens=None if kv is None else count(kv),
+                                   found=snapshot.found + tuple(n for n in reader.found if n in EMULATOR_GAUGES))
 
     def _snapshot(self, r: Reader, deltas: Deltas, at_s: float) -> EngineSnapshot:
         raise MetricsError(f"{self.name}: no /metrics mapping for this engine")
