@@ -22,6 +22,7 @@ from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from tests.support.fake_upstream import FakeUpstream, FakeUpstreamConfig
+from tests.support.local_app import start_app
 
 from basin.workload.logs import read_otel_log
 
@@ -95,11 +96,7 @@ async def _proxy(upstream_url: str) -> tuple[web.AppRunner, str]:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     app.on_cleanup.append(lambda _app: client.close())
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+    return await start_app(app, access_log=None)
 
 
 @pytest.fixture

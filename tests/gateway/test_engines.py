@@ -17,6 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
+from tests.support.local_app import start_app
 
 from basin.errors import BasinInputError
 from basin.gateway.adapters import ENGINES, make_adapter
@@ -345,12 +346,7 @@ async def serve(routes: dict[str, Handler]) -> tuple[web.AppRunner, str]:
     app = web.Application()
     for path, handler in routes.items():
         app.router.add_get(path, handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    return runner, f"http://{host}:{port}"
+    return await start_app(app)
 
 
 def json_handler(payload: object, status: int = 200) -> Handler:

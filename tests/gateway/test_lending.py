@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from tests.emulate.harness import emulator
+from tests.support.local_app import start_app
 
 from basin.errors import BasinInputError
 from basin.gateway.adapters.base import EMULATOR_DECODE_KV_TOKENS, EMULATOR_LENT_CACHE_TOKENS
@@ -61,12 +62,9 @@ async def switch_server(statuses: list[int] | None = None,
 
     app = web.Application()
     app.router.add_post("/emulator/lending", lending)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    runner, base = await start_app(app)
     try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/emulator/lending", seen
+        yield f"{base}/emulator/lending", seen
     finally:
         await runner.cleanup()
 

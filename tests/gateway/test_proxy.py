@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 import aiohttp
 import pytest
 from tests.support.fake_upstream import FakeUpstream, FakeUpstreamConfig
+from tests.support.local_app import start_app
 
 from basin.gateway.config import GatewayConfig
 from basin.gateway.server import GatewayServer
@@ -401,11 +402,7 @@ def test_vllm_refusing_priority_makes_the_gateway_drop_the_field_and_retry():
     async def go():
         app = web.Application()
         app.router.add_post("/v1/chat/completions", completions)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        upstream = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        runner, upstream = await start_app(app)
         policy = QueuePolicy(admit_first=5)
         server = GatewayServer(_config(upstream, engine="vllm", scrape_interval_s=60.0), policy=policy)
         await server.start()

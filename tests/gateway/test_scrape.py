@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
+from tests.support.local_app import start_app
 
 from basin.gateway.scrape import EngineMetrics
 
@@ -22,11 +23,7 @@ async def _serve(texts: dict[str, str]) -> tuple[web.AppRunner, str]:
         async def handler(request: web.Request, text: str = text) -> web.Response:
             return web.Response(text=text, content_type="text/plain")
         app.router.add_get(path, handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+    return await start_app(app)
 
 
 def test_pd_prefill_and_decode_scrapes_merge_by_role():
