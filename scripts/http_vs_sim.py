@@ -163,21 +163,23 @@ def run_http(policy: str, seed: int, speed: float, duration_min: float | None, o
     return load(out / f"http-s{seed}" / policy)
 
 
-def run_sim(seed: int, duration_min: float | None, out: Path) -> dict[str, dict]:
-    d = out / f"sim-s{seed}"
-    subprocess.run([BASIN, "run", SCENARIO, *[x for p in POLICIES for x in ("--system", p)],
+def _simulate(d: Path, systems: tuple[str, ...], seed: int, duration_min: float | None,
+              extra: tuple[str, ...] = ()) -> dict[str, dict]:
+    """`basin run` of the scenario for ``systems`` into ``d``, with ``extra`` arguments; their summaries."""
+    subprocess.run([BASIN, "run", SCENARIO, *[x for p in systems for x in ("--system", p)], *extra,
                     *overrides(duration_min), "--seed", str(seed), "--no-plots", "--out", str(d)],
                    check=True, stdout=subprocess.DEVNULL)
-    return {p: load(d / p) for p in POLICIES}
+    return {p: load(d / p) for p in systems}
+
+
+def run_sim(seed: int, duration_min: float | None, out: Path) -> dict[str, dict]:
+    return _simulate(out / f"sim-s{seed}", POLICIES, seed, duration_min)
 
 
 def run_sim_no_lending(seed: int, duration_min: float | None, out: Path) -> dict:
     """basin simulated without decode memory lent as cache (the second reference: what lending is worth)."""
-    d = out / f"sim-nolend-s{seed}"
-    subprocess.run([BASIN, "run", SCENARIO, "--system", "basin", "--set", "policy_params.lending=false",
-                    *overrides(duration_min), "--seed", str(seed), "--no-plots", "--out", str(d)],
-                   check=True, stdout=subprocess.DEVNULL)
-    return load(d / "basin")
+    return _simulate(out / f"sim-nolend-s{seed}", ("basin",), seed, duration_min,
+                     ("--set", "policy_params.lending=false"))["basin"]
 
 
 def load(d: Path) -> dict:

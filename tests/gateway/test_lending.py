@@ -234,6 +234,13 @@ TASK = [{"role": "system", "content": "You are a coding agent. " * 60},
         {"role": "user", "content": "Make the flaky integration test deterministic. " * 40}]
 
 
+def _basin_config(emu_url: str, cache_tokens: int, **overrides: object) -> GatewayConfig:
+    """BASIN in front of the emulator, scraping fast and ticking every 0.1 s."""
+    return GatewayConfig(upstream=emu_url, engine="sglang", listen_port=0, policy="basin", scrape_interval_s=0.05,
+                         cache_tokens=cache_tokens, policy_params={"interval_s": 0.1, "busy_interval_s": 0.1},
+                         **overrides)
+
+
 async def _call(client: aiohttp.ClientSession, url: str, messages: list[dict]) -> dict:
     async with client.post(url + "/v1/chat/completions", json={"messages": messages, "max_tokens": 16},
                            headers={"X-Session-Id": "agent-1"}) as r:
@@ -254,11 +261,9 @@ def test_basin_lends_decode_memory_through_the_emulator():
     emulator keeps the session's prompt lent, and the gateway's next scrape hands it to the policy."""
     async def go():
         async with emulator(speed=50.0) as (emu, client):
-            cfg = GatewayConfig(upstream=emu.url, engine="sglang", listen_port=0, policy="basin",
-                                metrics_urls=(emu.url + "/metrics/prefill",),
+            cfg = _basin_config(emu.url, 500, metrics_urls=(emu.url + "/metrics/prefill",),
                                 decode_metrics_urls=(emu.url + "/metrics/decode",),
-                                lending_url=emu.url + "/emulator/lending", scrape_interval_s=0.05,
-                                cache_tokens=500, policy_params={"interval_s": 0.1, "busy_interval_s": 0.1})
+                                lending_url=emu.url + "/emulator/lending")
             gateway = GatewayServer(cfg)
             await gateway.start()
             try:
@@ -286,9 +291,7 @@ def test_basin_lends_decode_memory_through_the_emulator():
 def test_without_a_lending_url_the_emulator_is_never_switched():
     async def go():
         async with emulator(speed=50.0) as (emu, client):
-            cfg = GatewayConfig(upstream=emu.url, engine="sglang", listen_port=0, policy="basin",
-                                scrape_interval_s=0.05, cache_tokens=500,  # near the cliff: it would lend
-                                policy_params={"interval_s": 0.1, "busy_interval_s": 0.1})
+            cfg = _basin_config(emu.url, 500)  # near the cliff: it would lend
             gateway = GatewayServer(cfg)
             await gateway.start()
             try:
@@ -308,9 +311,7 @@ def test_without_a_lending_url_the_emulator_is_never_switched():
 def test_a_dead_lending_url_leaves_the_gateway_serving():
     async def go():
         async with emulator(speed=50.0) as (emu, client):
-            cfg = GatewayConfig(upstream=emu.url, engine="sglang", listen_port=0, policy="basin",
-                                scrape_interval_s=0.05, cache_tokens=2_000, lending_url=LENDING,
-                                policy_params={"interval_s": 0.1, "busy_interval_s": 0.1})
+            cfg = _basin_config(emu.url, 2_000, lending_url=LENDING)
             gateway = GatewayServer(cfg)
             await gateway.start()
             try:

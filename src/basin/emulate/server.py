@@ -204,11 +204,7 @@ class EmulatorServer:
     # ----------------------------------------------------------------- calls
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         try:
-            try:
-                body = await request.json()
-            except ValueError:
-                raise RequestError("(body)", "the request body is not valid JSON") from None
-            call = parse_chat(body, default_max_tokens=self.config.default_max_tokens,
+            call = parse_chat(await _json_body(request), default_max_tokens=self.config.default_max_tokens,
                               routing_key=request.headers.get("X-SMG-Routing-Key"))
             self.engine.check_fits(call)
         except RequestError as exc:
@@ -298,11 +294,7 @@ class EmulatorServer:
     async def _lending(self, request: web.Request) -> web.Response:
         """Switch decode-memory lending at the simulated now; answers the resulting state."""
         try:
-            try:
-                body = await request.json()
-            except ValueError:
-                raise RequestError("(body)", "the request body is not valid JSON") from None
-            on, cap_fraction = parse_lending(body)
+            on, cap_fraction = parse_lending(await _json_body(request))
         except RequestError as exc:
             return _error(400, str(exc), exc.field)
         self.sync()
@@ -330,6 +322,14 @@ class EmulatorServer:
             "emulator": {"deployment": dep.name, "hardware": dep.hardware, "shape": dep.shape,
                          "host_ratio": dep.host_ratio, "router": dep.router, "speed": self.config.speed},
         })
+
+
+async def _json_body(request: web.Request) -> object:
+    """The request's JSON body; :class:`RequestError` on ``(body)`` when it is not JSON."""
+    try:
+        return await request.json()
+    except ValueError:
+        raise RequestError("(body)", "the request body is not valid JSON") from None
 
 
 def parse_lending(body: object) -> tuple[bool, float | None]:
