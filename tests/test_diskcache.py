@@ -85,3 +85,24 @@ def test_cached_records_round_trip_exactly():
     s = Session("s0", (Call(100, 100, 5, 1.5), Call(120, 15, 7, 0.0, block_hashes=(1, 2))), task_text="t")
     back = pickle.loads(pickle.dumps(s))
     assert back == s and back.calls[1].block_hashes == (1, 2) and back.calls[0].reused_tokens == 0
+
+
+def test_sessions_pickle_their_calls_as_columns_and_keep_every_field_and_type():
+    from dataclasses import fields
+
+    from basin.workload import records
+
+    # Every field of a session but its calls travels with it (a new field must join the pickle).
+    assert set(records._SESSION_FIELDS) == {f.name for f in fields(Session)} - {"calls"}
+    packed = Session("s1", (Call(100, 100, 5, 1.5), Call(120, 15, 2**40, 0.25)), task_text=None, tags=("a", "b"),
+                     shared_prefix_tokens=10, prefix_group="g", source="trace")
+    int_gap = Session("s2", (Call(100, 100, 5, 2),))  # an int gap is kept as an int, not packed
+    for s in (packed, int_gap):
+        back = pickle.loads(pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL))
+        assert back == s
+        for mine, theirs in zip(back.calls, s.calls, strict=True):
+            assert [type(getattr(mine, n)) for n in records._SET_CALL_FIELD] == \
+                [type(getattr(theirs, n)) for n in records._SET_CALL_FIELD]
+    assert records._pack_calls(packed.calls) is not None and records._pack_calls(int_gap.calls) is None
+    with pytest.raises(Exception, match="frozen|cannot assign"):
+        pickle.loads(pickle.dumps(packed)).calls[0].prompt_tokens = 1  # type: ignore[misc]

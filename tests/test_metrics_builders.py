@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from basin.errors import BasinInputError
 from basin.metrics import CALLS_COLUMNS, SESSIONS_COLUMNS, TIMESERIES_COLUMNS, summarize_run
@@ -188,3 +190,28 @@ def test_binned_median_matches_numpy_on_random_data() -> None:
         sel = (times >= edges[i]) & (times < edges[i + 1])
         assert counts[i] == sel.sum()
         assert medians[i] == pytest.approx(np.median(values[sel]))
+
+
+_EVENT_TIMES = st.one_of(st.sampled_from([-1.0, 0.0, 1.0, 2.5, 4.0, 5.0, np.nan, np.inf]),
+                         st.floats(-2.0, 6.0, allow_nan=False))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_EVENT_TIMES, st.one_of(st.sampled_from([1.0, 2.0, np.nan, np.inf]),
+                                                   st.floats(-1e6, 1e6, allow_nan=False))), max_size=60))
+def test_binned_statistics_equal_scipys_bit_for_bit(events: list[tuple[float, float]]) -> None:
+    # The binned metrics are computed in numpy; they must be scipy's binned_statistic on
+    # the kept events (on or past the last edge and before the first dropped) exactly.
+    from scipy.stats import binned_statistic
+
+    times = np.array([t for t, _ in events], dtype=np.float64)
+    values = np.array([v for _, v in events], dtype=np.float64)
+    edges = np.array([0.0, 1.0, 2.5, 4.0, 5.0])
+    keep = np.isfinite(times) & (times >= edges[0]) & (times < edges[-1])
+    for statistic, ours in (("count", bin_counts(times, edges).astype(np.float64)),
+                            ("sum", binned_sum(times, values, edges)),
+                            ("median", binned_median(times, values, edges)[0])):
+        sel = keep & np.isfinite(values) if statistic == "median" else keep
+        expected = (binned_statistic(times[sel], values[sel], statistic, bins=edges).statistic if sel.any()
+                    else np.full(4, np.nan if statistic == "median" else 0.0))
+        np.testing.assert_array_equal(ours, expected, err_msg=statistic)

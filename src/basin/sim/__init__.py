@@ -22,7 +22,7 @@ _HERE = Path(__file__).resolve().parent
 
 #: Modules compiled by ``make accel`` (``__init__`` and ``invariants``, whose
 #: exceptions subclass builtins, stay Python); setup.py reads this list.
-COMPILED_MODULES = ("events", "cache", "sessions", "prefill", "decode", "router", "lending", "borrow",
+COMPILED_MODULES = ("events", "costs", "cache", "sessions", "prefill", "decode", "router", "lending", "borrow",
                     "recorder", "engine")
 
 #: The digest of the compiled modules' sources, written at build time.

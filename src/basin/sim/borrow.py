@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from basin.catalog import PrefillProfile
+from basin.sim.costs import PrefillCosts
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
 from basin.sim.invariants import InvariantViolation
@@ -97,6 +98,7 @@ class PrefillBorrower:
     def __init__(self, decode: DecodeInstance, profile: PrefillProfile, config: BorrowConfig, loop: EventLoop):
         self.decode = decode
         self.profile = profile
+        self.costs = PrefillCosts(profile)
         self.config = config
         self.loop = loop
         self.budget = config.step_token_budget or profile.chunk_tokens
@@ -127,8 +129,7 @@ class PrefillBorrower:
     def _decode_step_s(self) -> float:
         """Cost of the instance's next decode step without a chunk."""
         dec = self.decode
-        p = dec.profile
-        return p.step_s(len(dec.batch), dec.ctx_sum)
+        return dec.costs.step_s(len(dec.batch), dec.ctx_sum)
 
     # -------------------------------------------------------- candidates
     def _valid(self, req: Request) -> bool:
@@ -195,7 +196,7 @@ class PrefillBorrower:
         if k <= 0:
             self._revoke()
             return False
-        cost = self.profile.tokens_cost_s(k, req.position)
+        cost = self.costs.tokens_cost_s(k, req.position)
         if req.load_s > 0:
             cost = max(cost, req.load_s)  # host load-back overlapped with the first chunk
             req.load_s = 0.0

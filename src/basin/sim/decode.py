@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from basin.catalog import DecodeProfile
+from basin.sim.costs import DecodeCosts
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.invariants import RequestNeverFits, require
 from basin.sim.lending import LentMemory
@@ -50,6 +51,7 @@ class DecodeInstance:
                  on_finished: Callable[[Request], None]):
         self.index = index
         self.profile = profile
+        self.costs = DecodeCosts(profile)
         self.itl_slo_s = itl_slo_s
         self.loop = loop
         self.on_reserved = on_reserved
@@ -153,7 +155,7 @@ class DecodeInstance:
     def _coeffs(self) -> tuple[float, float]:
         p = self.profile
         b = len(self.batch)
-        a = p.step_s(b, self.ctx_sum) + self.step_extra_s
+        a = self.costs.step_s(b, self.ctx_sum) + self.step_extra_s
         return a, p.step_per_context_token_s * b
 
     @staticmethod

@@ -24,6 +24,7 @@ from typing import Protocol
 
 from basin.catalog import PrefillProfile
 from basin.sim.cache import MatchResult, RadixCache
+from basin.sim.costs import PrefillCosts
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.invariants import InvariantViolation, RequestNeverFits
 from basin.sim.sessions import Request, queue_key
@@ -46,6 +47,7 @@ class PrefillInstance:
                  on_done: Callable[[Request], None]):
         self.index = index
         self.profile = profile
+        self.costs = PrefillCosts(profile)
         self.cache = cache
         self.loop = loop
         self.on_done = on_done
@@ -209,7 +211,7 @@ class PrefillInstance:
                 else:
                     self._check_head_fits()
             return
-        tokens_cost = self.profile.tokens_cost_s
+        tokens_cost = self.costs.tokens_cost_s
         for req, take in plan:
             cost += tokens_cost(take, req.position)
         step_s = self.profile.step_overhead_s + max(cost, load_s)

@@ -20,6 +20,7 @@ Token accounting, per call k:
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
 
 
@@ -89,14 +90,45 @@ class Call:
         return self.prompt_tokens + self.output_tokens
 
 
+#: Call's slot setters, which bypass the frozen ``__setattr__`` (restoring only).
+_SET_CALL_FIELD = {name: getattr(Call, name).__set__
+                   for name in ("prompt_tokens", "new_tokens", "output_tokens", "tool_gap_s", "block_hashes")}
+
+
 def _restore_call(prompt_tokens: int, new_tokens: int, output_tokens: int, tool_gap_s: float,
                   block_hashes: tuple[int, ...] | None) -> Call:
     call = object.__new__(Call)
-    for name, value in (("prompt_tokens", prompt_tokens), ("new_tokens", new_tokens),
-                        ("output_tokens", output_tokens), ("tool_gap_s", tool_gap_s),
-                        ("block_hashes", block_hashes)):
-        object.__setattr__(call, name, value)
+    set_field = _SET_CALL_FIELD
+    set_field["prompt_tokens"](call, prompt_tokens)
+    set_field["new_tokens"](call, new_tokens)
+    set_field["output_tokens"](call, output_tokens)
+    set_field["tool_gap_s"](call, tool_gap_s)
+    set_field["block_hashes"](call, block_hashes)
     return call
+
+
+def _pack_calls(calls: tuple[Call, ...]) -> tuple[bytes, bytes, bytes, bytes] | None:
+    """A session's calls as four columns of machine numbers, or None when a
+    call carries block hashes or a gap that is not a float (kept as objects)."""
+    if any(c.block_hashes is not None or type(c.tool_gap_s) is not float for c in calls):
+        return None
+    return (array("q", [c.prompt_tokens for c in calls]).tobytes(), array("q", [c.new_tokens for c in calls]).tobytes(),
+            array("q", [c.output_tokens for c in calls]).tobytes(), array("d", [c.tool_gap_s for c in calls]).tobytes())
+
+
+def _unpack_calls(columns: tuple[bytes, bytes, bytes, bytes]) -> tuple[Call, ...]:
+    prompt, new, output, gap = (array(code, raw).tolist() for code, raw in zip("qqqd", columns, strict=True))
+    return tuple(map(_restore_call, prompt, new, output, gap, [None] * len(prompt)))
+
+
+def _restore_session(calls: tuple[Call, ...] | tuple[bytes, bytes, bytes, bytes], *fields: object) -> Session:
+    session = object.__new__(Session)
+    if calls and not isinstance(calls[0], Call):
+        calls = _unpack_calls(calls)
+    object.__setattr__(session, "calls", calls)
+    for name, value in zip(_SESSION_FIELDS, fields, strict=True):
+        object.__setattr__(session, name, value)
+    return session
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +173,13 @@ class Session:
                 )
             prev = call
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # Pickled with its calls as columns and restored without the checks it
+        # passed when built: a cached workload holds some 150,000 calls, and
+        # objects rebuilt from columns load in about half the time.
+        return _restore_session, (_pack_calls(self.calls) or self.calls,
+                                  *(getattr(self, name) for name in _SESSION_FIELDS))
+
     @property
     def n_calls(self) -> int:
         return len(self.calls)
@@ -153,6 +192,10 @@ class Session:
     def peak_context_tokens(self) -> int:
         """Largest context the session reaches (prompt plus output of a call)."""
         return max(c.context_tokens for c in self.calls)
+
+
+#: Session's fields apart from its calls, in the order a pickle carries them.
+_SESSION_FIELDS = ("session_id", "task_text", "tags", "shared_prefix_tokens", "prefix_group", "source")
 
 
 @dataclass(frozen=True, slots=True)
