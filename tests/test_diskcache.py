@@ -106,3 +106,18 @@ def test_sessions_pickle_their_calls_as_columns_and_keep_every_field_and_type():
     assert records._pack_calls(packed.calls) is not None and records._pack_calls(int_gap.calls) is None
     with pytest.raises(Exception, match="frozen|cannot assign"):
         pickle.loads(pickle.dumps(packed)).calls[0].prompt_tokens = 1  # type: ignore[misc]
+
+
+def test_reading_an_entry_leaves_the_garbage_collector_as_it_was():
+    import gc
+
+    diskcache.cached("demo", "gc", lambda: [1, 2])
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            diskcache._MEMO.clear()
+            assert diskcache.cached("demo", "gc", lambda: [0]) == [1, 2]  # read back from disk
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -288,3 +288,32 @@ def test_a_lower_tier_supplies_what_the_local_cache_lost():
     assert second.loaded >= 3000 - second.cached - 64 and tier.fetched > 0
     assert second.uncached <= 500
     tiny.check()
+
+
+def test_a_run_gives_back_the_garbage_collector_as_it_found_it():
+    # A run tunes the cyclic collector for its length (engine.YOUNG_COLLECTION_THRESHOLD);
+    # the process's settings and its unfrozen objects come back afterwards, also on failure.
+    import gc
+
+    sessions = make_sessions(10, seed=5)
+    before = gc.get_threshold()
+    gc.set_threshold(900, 11, 12)
+    try:
+        frozen = gc.get_freeze_count()
+        Simulator(config(make_arrivals(sessions, 6.0, 300.0, seed=6), duration_s=300.0), HiCachePolicy()).run()
+        assert gc.get_threshold() == (900, 11, 12) and gc.get_freeze_count() == frozen
+
+        def fail(sim: Simulator, minute: int) -> None:
+            raise RuntimeError("stop")
+
+        with pytest.raises(RuntimeError, match="stop"):
+            Simulator(config(make_arrivals(sessions, 6.0, 300.0, seed=6), duration_s=300.0), HiCachePolicy(),
+                      on_sample=fail).run()
+        assert gc.get_threshold() == (900, 11, 12) and gc.get_freeze_count() == frozen
+        gc.freeze()  # a process's own freeze stays as it is
+        held = gc.get_freeze_count()
+        Simulator(config(make_arrivals(sessions, 6.0, 300.0, seed=6), duration_s=300.0), HiCachePolicy()).run()
+        assert gc.get_freeze_count() > held // 2  # still frozen (a few of its objects may have been freed)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

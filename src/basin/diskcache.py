@@ -12,6 +12,7 @@ leave either a whole entry or none; an unreadable entry is recomputed.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import pickle
@@ -105,8 +106,15 @@ def cached(kind: str, key: str, compute: Callable[[], T]) -> T:
 def _load(path: Path) -> Any:
     if not path.is_file():
         return None
+    # Unpickling a workload makes some 150,000 objects, none of them garbage;
+    # the cyclic collector would walk them again and again while they arrive.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         with open(path, "rb") as fh:
             return pickle.load(fh)
     except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
         return None  # torn or from an older layout: compute again
+    finally:
+        if collecting:
+            gc.enable()

@@ -21,6 +21,7 @@ when an intervention switches the policy.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -45,6 +46,10 @@ from basin.sim.sessions import Request, SessionState
 from basin.workload.arrivals import SessionArrival
 from basin.workload.records import Session
 from basin.workload.reference import unloaded_reference_s
+
+#: Allocations, net of frees, between two collections of the youngest
+#: generation while a run is on (Python's default is 700).
+YOUNG_COLLECTION_THRESHOLD = 20_000
 
 
 class EngineSwitchError(ValueError):
@@ -150,6 +155,26 @@ class Simulator:
 
     # ================================================================== run
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
+        # The run allocates millions of short-lived objects, and the cyclic
+        # collector's passes over everything already alive (the workload's
+        # calls, the imports) cost a fifth of a run. For the run's length the
+        # objects that existed before it are left out of those passes and the
+        # youngest generation is collected less often; both are restored after.
+        # Nothing the run computes depends on when garbage is collected. A
+        # process that froze objects itself keeps its own freeze as it is.
+        threshold = gc.get_threshold()
+        freeze = gc.get_freeze_count() == 0
+        if freeze:
+            gc.freeze()
+        gc.set_threshold(max(threshold[0], YOUNG_COLLECTION_THRESHOLD), *threshold[1:])
+        try:
+            return self._run(progress)
+        finally:
+            gc.set_threshold(*threshold)
+            if freeze:
+                gc.unfreeze()
+
+    def _run(self, progress: Callable[[float], None] | None) -> RunResult:
         cfg = self.config
         loop = self.loop
         warm: list[SessionState] = []
