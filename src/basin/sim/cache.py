@@ -81,29 +81,33 @@ class _Node:
         return self.device_child_count > 0
 
 
-@dataclass(frozen=True, slots=True)
 class MatchResult:
     """How much of a key the cache holds, by tier.
 
     ``device_tokens`` are usable as they are; ``host_tokens`` follow them and
-    must be loaded back before use. Handles are opaque to callers.
+    must be loaded back before use. Handles are opaque to callers. Read-only
+    by convention: a plain class, because a compiled simulator builds one per
+    match and a dataclass's generated ``__init__`` stays interpreted.
     """
 
-    device_tokens: int
-    host_tokens: int
-    device_node: _Node
-    last_node: _Node
-    #: Index of the key's piece each end lies in (-1: not tracked), so that
-    #: the insert after the request's prefill can resume from an end.
-    device_piece: int = -1
-    last_piece: int = -1
+    __slots__ = ("device_tokens", "host_tokens", "device_node", "last_node", "device_piece", "last_piece")
+
+    def __init__(self, device_tokens: int, host_tokens: int, device_node: _Node, last_node: _Node,
+                 device_piece: int = -1, last_piece: int = -1) -> None:
+        self.device_tokens = device_tokens
+        self.host_tokens = host_tokens
+        self.device_node = device_node
+        self.last_node = last_node
+        #: Index of the key's piece each end lies in (-1: not tracked), so that
+        #: the insert after the request's prefill can resume from an end.
+        self.device_piece = device_piece
+        self.last_piece = last_piece
 
     @property
     def total_tokens(self) -> int:
         return self.device_tokens + self.host_tokens
 
 
-@dataclass(frozen=True, slots=True)
 class KeyCursor:
     """Where a key's walk through one cache ended: a node in the tree whose
     path is the key's first ``tokens`` tokens, ending inside piece ``piece``.
@@ -114,12 +118,16 @@ class KeyCursor:
     pieces it adds, not all the pieces of the conversation. The caller
     guarantees the extension (a session drops its cursor when its key is
     rebuilt); the cache checks that the node is still in its tree.
+    Read-only by convention (a plain class, as :class:`MatchResult`).
     """
 
-    cache: RadixCache
-    node: _Node
-    piece: int
-    tokens: int
+    __slots__ = ("cache", "node", "piece", "tokens")
+
+    def __init__(self, cache: RadixCache, node: _Node, piece: int, tokens: int) -> None:
+        self.cache = cache
+        self.node = node
+        self.piece = piece
+        self.tokens = tokens
 
 
 @dataclass(slots=True)

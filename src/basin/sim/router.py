@@ -35,22 +35,42 @@ def choose_prefill(router: str, instances: Sequence[PrefillInstance], req: Reque
         if session.last_prefill < 0:
             session.last_prefill = session.uid % len(instances)
         return instances[session.last_prefill]
+    # Each choice below is a minimum or maximum written out as a loop (no key
+    # function to call per instance); a tie goes to the lowest index.
     if router == "least-loaded":
-        return min(instances, key=lambda i: (i.backlog_tokens, i.index))
+        return _lowest(instances, [i.backlog_tokens for i in instances])
     loads = [_load(i) for i in instances]
     lo, hi = min(loads), max(loads)
     if hi - lo > BALANCE_ABS_REQUESTS and hi > lo * BALANCE_REL:
-        return min(instances, key=lambda i: (_load(i), i.index))
+        return _lowest(instances, loads)
     cursor = session.cursor if session.key is req.key else None
     matches = [i.cache.peek(req.key, cursor) for i in instances]
-    best = max(range(len(instances)), key=lambda j: (matches[j], -loads[j], -j))
+    # The longest match; then the shortest queue; then the first.
+    best = 0
+    for j in range(1, len(instances)):
+        if matches[j] > matches[best] or (matches[j] == matches[best] and loads[j] < loads[best]):
+            best = j
     if matches[best] >= MATCH_THRESHOLD * req.prompt:
         return instances[best]
     # Poor reuse everywhere: place it where the cache holds the least.
-    return min(instances, key=lambda i: (i.cache.device_used, i.index))
+    return _lowest(instances, [i.cache.device_used for i in instances])
+
+
+def _lowest(instances: Sequence[PrefillInstance], scores: list[int]) -> PrefillInstance:
+    """The instance of the lowest score; of the lowest ``index`` on a tie."""
+    best = 0
+    for j in range(1, len(instances)):
+        if scores[j] < scores[best] or (scores[j] == scores[best] and instances[j].index < instances[best].index):
+            best = j
+    return instances[best]
 
 
 def choose_decode(instances: Sequence[DecodeInstance]) -> DecodeInstance:
-    if len(instances) == 1:
-        return instances[0]
-    return max(instances, key=lambda d: (d.free_tokens - d.waiting, -d.index))
+    # The most free memory beyond what waits for it; the lowest index on a tie.
+    best = instances[0]
+    best_free = best.free_tokens - best.waiting
+    for d in instances[1:]:
+        free = d.free_tokens - d.waiting
+        if free > best_free or (free == best_free and d.index < best.index):
+            best, best_free = d, free
+    return best
