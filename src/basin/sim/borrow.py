@@ -116,8 +116,8 @@ class PrefillBorrower:
         room = self.budget - batch
         if slack <= 0 or room <= 0 or remaining <= 0:
             return 0
-        lin = 1.0 / self.profile.linear_tokens_per_s
-        att = self.profile.attention_s_per_token_position
+        lin = self.costs.inverse_linear_tokens_per_s
+        att = self.costs.attention_s_per_token_position
         b = lin + att * position
         k_exact = slack / b if att <= 0 else (-b + math.sqrt(b * b + 2.0 * att * slack)) / att
         k = min(int(k_exact), room)

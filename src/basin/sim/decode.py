@@ -153,10 +153,10 @@ class DecodeInstance:
 
     # ----------------------------------------------------------------- batch
     def _coeffs(self) -> tuple[float, float]:
-        p = self.profile
+        costs = self.costs
         b = len(self.batch)
-        a = self.costs.step_s(b, self.ctx_sum) + self.step_extra_s
-        return a, p.step_per_context_token_s * b
+        a = costs.step_s(b, self.ctx_sum) + self.step_extra_s
+        return a, costs.per_context_token_s * b
 
     @staticmethod
     def _span(a: float, k: float, m: int) -> float:

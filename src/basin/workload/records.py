@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 class RecordError(ValueError):
@@ -91,8 +91,9 @@ class Call:
 
 
 #: Call's slot setters, which bypass the frozen ``__setattr__`` (restoring only).
-_SET_CALL_FIELD = {name: getattr(Call, name).__set__
-                   for name in ("prompt_tokens", "new_tokens", "output_tokens", "tool_gap_s", "block_hashes")}
+_SET_CALL_FIELD = {f.name: getattr(Call, f.name).__set__ for f in fields(Call)}
+#: The fields a session's calls are pickled as columns of, with their array type codes.
+_CALL_COLUMNS = (("prompt_tokens", "q"), ("new_tokens", "q"), ("output_tokens", "q"), ("tool_gap_s", "d"))
 
 
 def _restore_call(prompt_tokens: int, new_tokens: int, output_tokens: int, tool_gap_s: float,
@@ -112,21 +113,23 @@ def _pack_calls(calls: tuple[Call, ...]) -> tuple[bytes, bytes, bytes, bytes] | 
     call carries block hashes or a gap that is not a float (kept as objects)."""
     if any(c.block_hashes is not None or type(c.tool_gap_s) is not float for c in calls):
         return None
-    return (array("q", [c.prompt_tokens for c in calls]).tobytes(), array("q", [c.new_tokens for c in calls]).tobytes(),
-            array("q", [c.output_tokens for c in calls]).tobytes(), array("d", [c.tool_gap_s for c in calls]).tobytes())
+    prompt, new, output, gap = (array(code, [getattr(c, name) for c in calls]).tobytes()
+                                for name, code in _CALL_COLUMNS)
+    return prompt, new, output, gap
 
 
 def _unpack_calls(columns: tuple[bytes, bytes, bytes, bytes]) -> tuple[Call, ...]:
-    prompt, new, output, gap = (array(code, raw).tolist() for code, raw in zip("qqqd", columns, strict=True))
+    prompt, new, output, gap = (array(code, raw).tolist()
+                                for (_, code), raw in zip(_CALL_COLUMNS, columns, strict=True))
     return tuple(map(_restore_call, prompt, new, output, gap, [None] * len(prompt)))
 
 
-def _restore_session(calls: tuple[Call, ...] | tuple[bytes, bytes, bytes, bytes], *fields: object) -> Session:
+def _restore_session(calls: tuple[Call, ...] | tuple[bytes, bytes, bytes, bytes], *values: object) -> Session:
     session = object.__new__(Session)
     if calls and not isinstance(calls[0], Call):
         calls = _unpack_calls(calls)
     object.__setattr__(session, "calls", calls)
-    for name, value in zip(_SESSION_FIELDS, fields, strict=True):
+    for name, value in zip(_SESSION_FIELDS, values, strict=True):
         object.__setattr__(session, name, value)
     return session
 
@@ -195,7 +198,7 @@ class Session:
 
 
 #: Session's fields apart from its calls, in the order a pickle carries them.
-_SESSION_FIELDS = ("session_id", "task_text", "tags", "shared_prefix_tokens", "prefix_group", "source")
+_SESSION_FIELDS = tuple(f.name for f in fields(Session) if f.name != "calls")
 
 
 @dataclass(frozen=True, slots=True)
