@@ -290,6 +290,30 @@ def test_a_lower_tier_supplies_what_the_local_cache_lost():
     tiny.check()
 
 
+def test_a_run_leaves_no_cyclic_garbage_that_grows_with_its_length():
+    # engine.YOUNG_COLLECTION_THRESHOLD is high because a run frees what it
+    # makes by reference counting: were a per-call cycle to appear, a run
+    # would hold it until a rare collection, so this pins its absence.
+    import gc
+
+    sessions = make_sessions(40, seed=5)
+
+    def cyclic_garbage(duration_s: float) -> int:
+        gc.collect()
+        gc.disable()
+        try:
+            sim = Simulator(config(make_arrivals(sessions, 6.0, duration_s, seed=6), duration_s=duration_s),
+                            HiCachePolicy())
+            sim.run()
+            return gc.collect()  # the simulator is still referenced: only garbage counts
+        finally:
+            gc.enable()
+
+    cyclic_garbage(300.0)  # the first run's one-time garbage (lazy imports, caches) is left out
+    short, long = cyclic_garbage(300.0), cyclic_garbage(1200.0)
+    assert long <= short + 50, (short, long)
+
+
 def test_a_run_gives_back_the_garbage_collector_as_it_found_it():
     # A run tunes the cyclic collector for its length (engine.YOUNG_COLLECTION_THRESHOLD);
     # the process's settings and its unfrozen objects come back afterwards, also on failure.
@@ -317,3 +341,27 @@ def test_a_run_gives_back_the_garbage_collector_as_it_found_it():
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_a_session_own_chunks_hit_only_where_it_was_placed():
+    # The cache-aware router walks only the shared pieces of a key on an
+    # instance the session was never placed on; that is exact only while its
+    # own chunks are nowhere else. Checked every minute, warm sessions included.
+    sessions = make_sessions(60, seed=8)
+    checked = [0]
+
+    def own_chunks_stay_home(sim: Simulator, minute: int) -> None:
+        for s in sim.sessions:
+            if not s.key or s.finished_s == s.finished_s:
+                continue
+            for p in sim.prefills:
+                if not s.placed_on >> p.index & 1:
+                    assert p.cache.peek(s.key) == p.cache.peek(s.key, None, 1) <= 1000, (s.uid, p.index)
+                    checked[0] += 1
+
+    sim = Simulator(config(make_arrivals(sessions, 400.0, 600.0, seed=9, warm=20), duration_s=600.0,
+                           deployment="4P12D-h200"), HiCachePolicy(), on_sample=own_chunks_stay_home)
+    sim.run()
+    assert checked[0] > 100
+    assert len({p.index for p in sim.prefills}) == 4
+    assert any(bin(s.placed_on).count("1") > 1 for s in sim.sessions)  # some sessions moved

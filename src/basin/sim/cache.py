@@ -298,9 +298,10 @@ class RadixCache:
         node = cursor.node
         return node if node.parent is not None else None
 
-    def peek(self, key: Key, cursor: KeyCursor | None = None) -> int:
+    def peek(self, key: Key, cursor: KeyCursor | None = None, pieces: int = -1) -> int:
         """Cached tokens (any tier) of ``key``'s prefix, without side effects
-        (routers compare instances with it)."""
+        (routers compare instances with it); of its first ``pieces`` pieces
+        only when that is not negative."""
         node = self.root
         matched = 0
         first = 0
@@ -309,7 +310,7 @@ class RadixCache:
         if start is not None:
             node, first, matched = start, cursor.piece, cursor.tokens  # type: ignore[union-attr]
             offset = node.start + node.length
-        for i in range(first, len(key)):
+        for i in range(first, len(key) if pieces < 0 else min(pieces, len(key))):
             chunk, n = key[i]
             while offset < n:
                 child = node.children.get((chunk, offset))

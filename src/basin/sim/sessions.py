@@ -38,7 +38,7 @@ class SessionState:
         "uid", "record", "tag", "arrival_s", "warm", "next_call", "key", "context_tokens",
         "admitted_s", "finished_s", "shed", "terminated",
         "pin", "pin_expiry_s", "pin_instance", "inflight", "calls_done", "decode_steps",
-        "itl_violations", "reference_s", "block_tokens", "last_prefill", "cursor",
+        "itl_violations", "reference_s", "block_tokens", "last_prefill", "placed_on", "cursor",
     )
 
     def __init__(self, uid: int, record: Session, tag: str, arrival_s: float, start_call: int,
@@ -65,6 +65,9 @@ class SessionState:
         self.itl_violations = 0
         self.reference_s = 0.0
         self.last_prefill = -1
+        #: Bit ``i`` set: the session's own chunks may be in prefill ``i``'s
+        #: cache (it was placed there). Elsewhere only its shared pieces can hit.
+        self.placed_on = 0
         #: Where the walk of ``key`` ended in the cache it was last inserted
         #: into (None when unknown or when the key was rebuilt since).
         self.cursor: KeyCursor | None = None
