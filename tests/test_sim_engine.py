@@ -15,7 +15,7 @@ from basin.sim.decode import DecodeInstance
 from basin.sim.engine import Intervention, SimConfig, Simulator
 from basin.sim.events import EventLoop
 from basin.sim.prefill import PrefillInstance
-from basin.sim.sessions import Request, SessionState
+from basin.sim.sessions import Request, SessionState, shared_pieces
 from basin.workload.arrivals import SessionArrival
 from basin.workload.records import Call, Session
 
@@ -352,8 +352,9 @@ def test_a_session_own_chunks_hit_only_where_it_was_placed():
 
     def own_chunks_stay_home(sim: Simulator, minute: int) -> None:
         for s in sim.sessions:
-            if not s.key or s.finished_s == s.finished_s:
+            if not s.key or not math.isnan(s.finished_s):
                 continue
+            assert shared_pieces(s.key) == 1  # the workload's system prefix
             for p in sim.prefills:
                 if not s.placed_on >> p.index & 1:
                     assert p.cache.peek(s.key) == p.cache.peek(s.key, None, 1) <= 1000, (s.uid, p.index)

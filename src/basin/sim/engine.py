@@ -49,7 +49,7 @@ from basin.workload.reference import unloaded_reference_s
 
 #: Allocations, net of frees, between two collections of the youngest
 #: generation while a run is on (Python's default is 700). A run makes almost
-#: no cyclic garbage (a few hundred objects, measured under every system), so
+#: no cyclic garbage (a few hundred objects under each system measured), so
 #: a collection finds nothing and only walks the objects that survived since
 #: the last one: the cache's nodes, which a larger deployment holds more of
 #: and which live long enough to outlast a small threshold. At 500,000 an hour

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from basin.sim.decode import DecodeInstance
 from basin.sim.prefill import PrefillInstance
-from basin.sim.sessions import Piece, Request
+from basin.sim.sessions import Request, shared_pieces
 
 #: Cache-aware routing falls back to the shortest queue when queues differ by
 #: more than this many requests and by more than this ratio.
@@ -43,12 +43,12 @@ def choose_prefill(router: str, instances: Sequence[PrefillInstance], req: Reque
     lo, hi = min(loads), max(loads)
     if hi - lo > BALANCE_ABS_REQUESTS and hi > lo * BALANCE_REL:
         return _lowest(instances, loads)
-    # A session's own chunks (int ids) are only where it was placed; elsewhere
-    # the walk would stop at the first of them, so it is cut there (a trace of
-    # block hashes has none: its whole key is walked everywhere).
+    # A session's own chunks are only where it was placed; elsewhere the walk
+    # would stop at the first of them, so it is cut there (a trace of block
+    # hashes has none: its whole key is walked everywhere).
     key = req.key
     cursor = session.cursor if session.key is key else None
-    shared = _shared_pieces(key)
+    shared = shared_pieces(key)
     placed = session.placed_on
     matches = [i.cache.peek(key, cursor) if placed >> i.index & 1
                else (i.cache.peek(key, None, shared) if shared else 0) for i in instances]
@@ -61,14 +61,6 @@ def choose_prefill(router: str, instances: Sequence[PrefillInstance], req: Reque
         return instances[best]
     # Poor reuse everywhere: place it where the cache holds the least.
     return _lowest(instances, [i.cache.device_used for i in instances])
-
-
-def _shared_pieces(key: list[Piece]) -> int:
-    """How many of ``key``'s leading pieces other sessions may hold too."""
-    for j in range(len(key)):
-        if isinstance(key[j][0], int):
-            return j
-    return len(key)
 
 
 def _lowest(instances: Sequence[PrefillInstance], scores: list[int]) -> PrefillInstance:

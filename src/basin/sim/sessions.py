@@ -31,6 +31,16 @@ def _chunk_id(uid: int, call_index: int, kind: int) -> int:
     return (uid << 24) | (call_index << 2) | kind
 
 
+def shared_pieces(key: list[Piece]) -> int:
+    """How many of ``key``'s leading pieces other sessions may hold too: a
+    session's own chunks are the ints of ``_chunk_id``; a shared prefix and
+    block hashes are tuples."""
+    for j in range(len(key)):
+        if isinstance(key[j][0], int):
+            return j
+    return len(key)
+
+
 class SessionState:
     """A session as the simulator tracks it from arrival to departure."""
 
