@@ -1,23 +1,47 @@
-"""Entry point of the ``basin`` command: wires the sub-command modules."""
+"""Entry point of the ``basin`` command: wires the sub-command modules.
+
+Each sub-command's module is imported only when that command runs (or when
+help lists them all): a ``basin run`` inside a sweep should not pay for the
+gateway's, the model's and the plots' imports.
+"""
 
 from __future__ import annotations
 
-import sys
+import os
 
-import typer
-from rich.console import Console
+# The simulator and the CLI's numerics are single-threaded; a BLAS thread pool
+# only spins up (about 0.1 CPU s a process) and oversubscribes parallel sweeps.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from basin.errors import BasinInputError
+import importlib  # noqa: E402
+import sys  # noqa: E402
+from typing import Any  # noqa: E402
 
-app = typer.Typer(
-    name="basin",
-    help="basin-serve: simulate, model and protect PD-disaggregated agent serving.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+import typer  # noqa: E402
 
-_err = Console(stderr=True)
+from basin.errors import BasinInputError  # noqa: E402
+
+#: name -> (module under basin.cli, attribute, "group" for a sub-app or "command"), in help order.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "workload": ("workload", "app", "group"),
+    "scenario": ("scenario", "app", "group"),
+    "cache": ("cache", "app", "group"),
+    "predict": ("predict", "app", "group"),
+    "model": ("model", "app", "group"),
+    "run": ("run", "run", "command"),
+    "compare": ("compare", "compare", "command"),
+    "ablate": ("ablate", "ablate", "command"),
+    "profile": ("profile", "profile", "command"),
+    "critical-rate": ("critical_rate", "critical_rate", "command"),
+    "gateway": ("gateway", "gateway", "command"),
+    "replay": ("replay", "replay", "command"),
+    "vulnerable": ("vulnerable", "vulnerable", "command"),
+    "deployment": ("deployment", "app", "group"),
+    "emulate": ("emulate", "emulate", "command"),
+    "sweep": ("sweep", "sweep", "command"),
+    "report": ("report", "report", "command"),
+    "tune": ("tune", "tune", "command"),
+}
 
 
 def _print_version(value: bool) -> None:
@@ -28,7 +52,6 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                  help="Print the package version and exit."),
@@ -36,63 +59,50 @@ def _root(
     """basin-serve: simulate, model and protect PD-disaggregated agent serving."""
 
 
-def _register() -> None:
-    from basin.cli import cache, predict, run, scenario, workload
-
-    app.add_typer(workload.app, name="workload")
-    app.add_typer(scenario.app, name="scenario")
-    app.add_typer(cache.app, name="cache")
-    app.add_typer(predict.app, name="predict")
-    from basin.cli import model
-
-    app.add_typer(model.app, name="model")
-    app.command("run")(run.run)
-    from basin.cli import compare
-
-    app.command("compare")(compare.compare)
-    from basin.cli import ablate
-
-    app.command("ablate")(ablate.ablate)
-    from basin.cli import profile
-
-    app.command("profile")(profile.profile)
-    from basin.cli import critical_rate
-
-    app.command("critical-rate")(critical_rate.critical_rate)
-    from basin.cli import gateway
-
-    app.command("gateway")(gateway.gateway)
-    from basin.cli import replay
-
-    app.command("replay")(replay.replay)
-    from basin.cli import vulnerable
-
-    app.command("vulnerable")(vulnerable.vulnerable)
-    from basin.cli import deployment
-
-    app.add_typer(deployment.app, name="deployment")
-    from basin.cli import emulate
-
-    app.command("emulate")(emulate.emulate)
-    from basin.cli import report, sweep
-
-    app.command("sweep")(sweep.sweep)
-    app.command("report")(report.report)
-    from basin.cli import tune
-
-    app.command("tune")(tune.tune)
+def build_app(only: str | None = None) -> typer.Typer:
+    """The ``basin`` command with every sub-command, or with ``only`` that one."""
+    cli = typer.Typer(
+        name="basin",
+        help="basin-serve: simulate, model and protect PD-disaggregated agent serving.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    cli.callback()(_root)
+    for name, (module, attribute, kind) in COMMANDS.items():
+        if only is not None and name != only:
+            continue
+        target = getattr(importlib.import_module(f"basin.cli.{module}"), attribute)
+        if kind == "group":
+            cli.add_typer(target, name=name)
+        else:
+            cli.command(name)(target)
+    return cli
 
 
-_register()
+def _command_named(argv: list[str]) -> str | None:
+    """The sub-command ``argv`` runs, when it names one before any option."""
+    first = argv[0] if argv else None
+    return first if first in COMMANDS else None
+
+
+def __getattr__(name: str) -> Any:
+    # ``basin.cli.app.app``: the whole command, for tests and tools that walk it.
+    if name == "app":
+        return build_app()
+    raise AttributeError(name)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; bad input prints a one-paragraph error and exits with 2
     (usage errors are reported by typer itself, also with 2)."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        app(args=argv)
+        build_app(_command_named(args))(args=args)
     except BasinInputError as exc:
-        _err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
 
 
