@@ -112,19 +112,9 @@ def _load(path: Path) -> Any:
     gc.disable()
     try:
         with open(path, "rb") as fh:
-            value = pickle.load(fh)
+            return pickle.load(fh)
     except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
         return None  # torn or from an older layout: compute again
     finally:
         if collecting:
             gc.enable()
-    # Once they reach the oldest generation, its next full pass would walk
-    # them all (about 0.07 CPU s for a workload). A cached value is read-only
-    # and made of records that hold no cycles, so the collector could never
-    # free any of it: while nothing is frozen, the value is left out of the
-    # collector's passes with everything alive then (acyclic objects are still
-    # freed when their last reference goes). Only a process's first freeze is
-    # made here, so a long process never freezes its later cyclic garbage.
-    if gc.get_freeze_count() == 0:
-        gc.freeze()
-    return value
