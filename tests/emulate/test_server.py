@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 
 import aiohttp
@@ -14,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.emulate.harness import emulator, events, last_json, run
 
+from basin.emulate.server import _TEXT_CYCLE_TOKENS, _VOCAB, _answer_text
 from basin.gateway.adapters.sglang import SGLangAdapter
 from basin.gateway.adapters.vllm import VLLMAdapter
 
@@ -255,3 +257,11 @@ def test_a_stream_whose_client_leaves_mid_way_leaves_the_emulator_serving():
             data = await post(client, emu.url, {"messages": [{"role": "user", "content": "next"}], "max_tokens": 4})
             assert data["usage"]["completion_tokens"] == 4
     run(go())
+
+
+def test_answer_text_is_cut_from_the_cycle_and_wraps_round_for_long_answers():
+    long = _answer_text(_TEXT_CYCLE_TOKENS + 1234, random.Random(7))
+    assert len(long) == _TEXT_CYCLE_TOKENS + 1234 and set(long) <= set(_VOCAB)
+    assert _answer_text(50, random.Random(7)) == long[:50]  # the same conversation, the same answer
+    assert _answer_text(50, random.Random(8)) != long[:50]
+    assert _answer_text(0, random.Random(7)) == []

@@ -67,8 +67,14 @@ class ChatCall:
     digest: int
 
 
-def _hash64(data: bytes) -> int:
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") >> 1
+def _hash64(*parts: bytes) -> int:
+    # SHA-256, which CPUs with SHA extensions hash at twice BLAKE2b's speed (a
+    # resent conversation is most of each call's bytes), fed part by part so
+    # that a message is never copied into one buffer first.
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part)
+    return int.from_bytes(h.digest()[:8], "big") >> 1
 
 
 def _text_of(message: Mapping[str, object], where: str) -> str:
@@ -108,14 +114,15 @@ def message_piece(message: object, index: int) -> Piece:
         # The common message, {role, content: text}: hashed from its two strings, without writing it
         # out as JSON (a resent conversation is most of each call's bytes). The tag keeps it apart
         # from every canonical JSON form, which starts with '{'.
-        whole = b"\x00".join((b"m", role.encode("utf-8", "surrogatepass"), content.encode("utf-8", "surrogatepass")))
+        digest = _hash64(b"m\x00", role.encode("utf-8", "surrogatepass"), b"\x00",
+                         content.encode("utf-8", "surrogatepass"))
     else:
         try:
-            whole = _CANONICAL(message).encode("utf-8", "surrogatepass")
+            digest = _hash64(_CANONICAL(message).encode("utf-8", "surrogatepass"))
         except (TypeError, ValueError) as exc:
             raise RequestError(where, f"cannot be read as JSON ({exc})") from None
     size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-    return _hash64(whole), max(1, math.ceil(size / BYTES_PER_TOKEN))
+    return digest, max(1, math.ceil(size / BYTES_PER_TOKEN))
 
 
 def _whole_number(body: Mapping[str, object], name: str, minimum: int) -> int | None:

@@ -38,8 +38,14 @@ from basin.emulate.exposition import View, metrics_text
 
 log = logging.getLogger("basin.emulate")
 
-#: Shortest wall time between two polls of a stream's progress.
-MIN_POLL_S = 0.01
+#: Shortest wall time between two polls of a stream's progress. Each poll that
+#: finds tokens is a write here, a read and a write in a gateway, and a read in
+#: the client (a system call or two in each); at 30x a decode step is
+#: about a millisecond of wall time, so the floor sets how many tokens a write
+#: carries (some 50 there; at 1x, two), not when the first token or the finish
+#: is sent (each at its own time). A client that counts ITL per write sees the
+#: mean gap of the tokens it carries (the replay client does so).
+MIN_POLL_S = 0.05
 #: Largest request body accepted (aiohttp answers 413 beyond it).
 MAX_BODY_BYTES = 64 * 1024 * 1024
 #: Four-byte tokens: an answer of n tokens is 4n bytes, so a client that sends
@@ -47,6 +53,14 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 _VOCAB = (" the", " and", " run", " fix", " log", " api", " bug", " git", " cli", " job", " ack", " set",
           " map", " key", " row", " out", " new", " old", " add", " use", " try", " end", " can", " not")
 _DUMPS = json.JSONEncoder(separators=(",", ":")).encode
+#: Each vocabulary word as the JSON string an event carries.
+_VOCAB_JSON = {w: _DUMPS(w).encode() for w in _VOCAB}
+#: The word sequence answers are cut from: an answer's text is the slice at an
+#: offset its conversation's digest picks (one draw per answer, not per token;
+#: :class:`_Answer`). Long enough that an answer of the largest usual length
+#: rarely repeats another's.
+_TEXT_CYCLE_TOKENS = 1 << 16
+_TEXT_CYCLE = tuple(random.Random(0).choices(_VOCAB, k=_TEXT_CYCLE_TOKENS))
 _VIEWS: dict[str, View] = {"all": "all", "prefill": "prefill", "decode": "decode"}
 
 
@@ -62,9 +76,8 @@ class _Answer:
     def __init__(self, rid: str, model: str, call: ChatCall, seed: int):
         self.rid, self.model, self.call = rid, model, call
         self.created = int(time.time())
-        rng = random.Random((seed << 64) ^ call.digest)
-        self.tokens = rng.choices(_VOCAB, k=call.output_tokens)
-        self._shape: tuple[bytes, bytes] | None = None
+        self.tokens = _answer_text(call.output_tokens, random.Random((seed << 64) ^ call.digest))
+        self._events: dict[str, bytes] | None = None
 
     @property
     def finish_reason(self) -> str:
@@ -109,15 +122,24 @@ class _Answer:
             out.append(self.chunk([{"index": 0, "delta": first, "finish_reason": None}]))
             start = 1
         if start < stop:
-            if self._shape is None:
+            if self._events is None:
+                # One event per vocabulary word, from the shape every later token shares.
                 marker = "\x00token\x00"
                 shape = self.chunk([{"index": 0, "delta": {"content": marker}, "finish_reason": None}])
                 head, _, tail = shape.partition(_DUMPS(marker).encode())
-                self._shape = (head, tail)
-            head, tail = self._shape
-            words = {w: _DUMPS(w).encode() for w in set(self.tokens[start:stop])}
-            out.extend(head + words[w] + tail for w in self.tokens[start:stop])
+                self._events = {w: head + text + tail for w, text in _VOCAB_JSON.items()}
+            out.extend(map(self._events.__getitem__, self.tokens[start:stop]))
         return b"".join(out)
+
+
+def _answer_text(n_tokens: int, rng: random.Random) -> list[str]:
+    """``n_tokens`` words of the text cycle from a random offset (wrapping round)."""
+    start = rng.randrange(_TEXT_CYCLE_TOKENS)
+    words: list[str] = []
+    while len(words) < n_tokens:
+        words.extend(_TEXT_CYCLE[start:start + n_tokens - len(words)])
+        start = 0
+    return words
 
 
 class EmulatorServer:
@@ -248,19 +270,20 @@ class EmulatorServer:
                 sent = ready
             poll = max(self.engine.step_s(handle) / speed, MIN_POLL_S)
             try:
-                await asyncio.wait_for(done.wait(), poll)
+                async with asyncio.timeout(poll):  # no task per poll, as wait_for would make
+                    await done.wait()
             except TimeoutError:
                 self.sync()
-        if sent < handle.call.output_tokens:
-            await resp.write(answer.token_chunks(sent, handle.call.output_tokens))
+        # The stream's end in one write: the tokens not sent yet, the finish, the usage, [DONE].
+        end = [answer.token_chunks(sent, handle.call.output_tokens)] if sent < handle.call.output_tokens else []
         finish = [{"index": 0, "delta": {}, "finish_reason": answer.finish_reason}]
         if handle.call.include_usage:
-            await resp.write(answer.chunk(finish))
-            await resp.write(answer.chunk([], usage=answer.usage(handle),
-                                          emulator=answer.timings(handle, speed)))
+            end += [answer.chunk(finish), answer.chunk([], usage=answer.usage(handle),
+                                                       emulator=answer.timings(handle, speed))]
         else:
-            await resp.write(answer.chunk(finish, emulator=answer.timings(handle, speed)))
-        await resp.write(b"data: [DONE]\n\n")
+            end.append(answer.chunk(finish, emulator=answer.timings(handle, speed)))
+        end.append(b"data: [DONE]\n\n")
+        await resp.write(b"".join(end))
         await resp.write_eof()
 
     async def _completions(self, request: web.Request) -> web.Response:
