@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gc
 import json
@@ -11,7 +10,7 @@ import platform
 import shlex
 import shutil
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,12 +18,20 @@ from typing import Any
 
 import numpy as np
 
-from basin.catalog import Deployment, load_deployment, load_hardware, require_critical_rate, with_host_ratio
+from basin.catalog import (
+    Deployment,
+    HardwareProfile,
+    load_deployment,
+    load_hardware,
+    require_critical_rate,
+    with_host_ratio,
+)
 from basin.catalog.files import close_names
 from basin.errors import BasinInputError
 from basin.experiments.scenario import Scenario, WorkloadSpec, scenario_dict, scenario_path
 from basin.jsonvalues import json_value
 from basin.metrics.summary import RunSummary, summarize_run
+from basin.policy.base import Policy
 from basin.policy.basin import CliffSummary
 from basin.policy.params import PolicyParamError
 from basin.policy.registry import policy_class, policy_names
@@ -329,23 +336,6 @@ def scenario_arrivals(scenario: Scenario, dep: Deployment, workload: Workload | 
     return sorted([*inside, *unique], key=lambda a: a.arrival_s)
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """No cyclic collection while a run's workload and arrivals are made.
-
-    They are some 150,000 records that hold no cycles; the first full pass
-    after they arrive would walk them all (about 0.07 CPU s), and the
-    simulator leaves everything alive at its start out of its passes anyway.
-    """
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
-
-
 def run_scenario(scenario: Scenario, system: str | None = None,
                  progress: Callable[[float], None] | None = None,
                  params: dict[str, object] | None = None) -> ScenarioRun:
@@ -363,11 +353,34 @@ def run_scenario(scenario: Scenario, system: str | None = None,
     context = RunContext(deployment=dep, workload=scenario.workload.name, hardware=hardware,
                          host_ratio=scenario.host_ratio)
     policy = build_policy(system, params, context)
-    with _collector_paused():
+    # The workload and the arrivals are some 150,000 records that hold no
+    # cycles. Made with the collector off and frozen before it is back on, they
+    # are never walked by its passes (a young collection of them alone costs
+    # 30 ms, a full pass more); the simulator would freeze them at its start
+    # anyway. Thawed when the run is summarised.
+    freeze = gc.get_freeze_count() == 0
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
         workload = build_workload(scenario.workload, scenario.seed)
         burst = scenario.arrivals.burst_workload
         burst_workload = build_workload(burst, scenario.seed + 1) if burst is not None else None
         arrivals = scenario_arrivals(scenario, dep, workload, burst_workload)
+        if freeze:
+            gc.freeze()
+    finally:
+        if collecting:
+            gc.enable()
+    try:
+        return _simulate(scenario, system, params, policy, context, dep, hardware, workload, arrivals, progress)
+    finally:
+        if freeze:
+            gc.unfreeze()
+
+
+def _simulate(scenario: Scenario, system: str, params: dict[str, object], policy: Policy, context: RunContext,
+              dep: Deployment, hardware: HardwareProfile, workload: Workload, arrivals: list[SessionArrival],
+              progress: Callable[[float], None] | None) -> ScenarioRun:
     duration_s = scenario.duration_min * 60.0
     interventions = []
     needs = policy.needs
