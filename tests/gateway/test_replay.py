@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 
 import pytest
 from tests.support.fake_upstream import FakeUpstream, FakeUpstreamConfig
 
+from basin.emulate.calls import parse_chat
 from basin.errors import BasinInputError
 from basin.gateway.config import GatewayConfig
 from basin.gateway.replay import ReplaySettings, SessionConversation, replay, schedule_sessions, stream_error_kind
@@ -179,3 +181,19 @@ def test_a_call_body_is_what_json_dumps_of_the_whole_request_writes() -> None:
         whole = {"model": "m \\u0000 \"x\"", "messages": messages, "max_tokens": 9, "stream": True,
                  "stream_options": {"include_usage": True}, "temperature": 0}
         assert call_body("m \\u0000 \"x\"", conv.messages_json(), 9) == json.dumps(whole).encode()
+
+
+def test_a_groups_shared_prefix_is_one_system_message_every_session_of_the_group_sends():
+    # The simulator caches a prefix group's shared tokens once for all its sessions;
+    # the replay sends them as the same leading system message, so an engine can too.
+    def grouped(sid: str, group: str) -> Session:
+        return replace(_session(sid), shared_prefix_tokens=120, prefix_group=group)
+
+    a = SessionConversation(grouped("s1", "g"), 0, 4.0).next_prompt(400, 0)
+    b = SessionConversation(grouped("s2", "g"), 0, 4.0).next_prompt(400, 0)
+    c = SessionConversation(grouped("s3", "other"), 0, 4.0).next_prompt(400, 0)
+    assert [m["role"] for m in a] == ["system", "user"] and a[0] == b[0] != c[0]
+    assert len(a[0]["content"]) == 4 * 120 and len(a[1]["content"]) == 4 * (400 - 120)
+    assert a[1]["content"].startswith("fix the parser") and a[1] != b[1]
+    ka, kb = parse_chat({"messages": a}).key, parse_chat({"messages": b}).key
+    assert ka[0] == kb[0] and ka[0][1] == 120 and sum(n for _, n in ka) == 400

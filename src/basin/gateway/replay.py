@@ -22,6 +22,7 @@ simulator's three tables (docs/replay.md).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import random
@@ -190,6 +191,11 @@ class SessionConversation:
         self.rng = random.Random(f"{seed}/{session.session_id}")
         self.chars_per_token = chars_per_token
         self.task = (session.task_text or f"Task of {session.session_id}.").strip()
+        #: The first prompt's leading tokens every session of the group shares (a
+        #: common system prompt), sent as one system message of the same text for
+        #: all of them, so an engine caches it once, as the simulator's key does.
+        self.shared_tokens = session.shared_prefix_tokens if session.prefix_group else 0
+        self.group = session.prefix_group
         self.messages: list[dict[str, str]] = []
         #: Each message as JSON, encoded once when it is added: a call's body is
         #: spliced from them, so a call costs the messages it adds, not its whole context.
@@ -211,8 +217,13 @@ class SessionConversation:
     def next_prompt(self, prompt_tokens: int, previous_output_tokens: int) -> list[dict[str, str]]:
         """The messages of the next call, whose prompt is ``prompt_tokens``."""
         if not self.messages:
-            chars = max(int(prompt_tokens * self.chars_per_token), 1)
-            self.messages.append({"role": "user", "content": (self.task + "\n" + self._filler(prompt_tokens))[:chars]})
+            shared = min(self.shared_tokens, prompt_tokens - 1)
+            if shared > 0 and self.group is not None:
+                self.messages.append({"role": "system",
+                                      "content": _group_prompt(self.group, shared, self.chars_per_token)})
+            own = prompt_tokens - max(shared, 0)
+            chars = max(int(own * self.chars_per_token), 1)
+            self.messages.append({"role": "user", "content": (self.task + "\n" + self._filler(own))[:chars]})
             self.tokens = prompt_tokens
         else:
             answer = max(previous_output_tokens, 1)
@@ -226,6 +237,17 @@ class SessionConversation:
     def messages_json(self) -> bytes:
         """The conversation so far as the JSON array a body carries (what ``json.dumps`` writes)."""
         return b"[" + b", ".join(self._encoded) + b"]"
+
+
+@functools.lru_cache(maxsize=64)
+def _group_prompt(group: str, tokens: int, chars_per_token: float) -> str:
+    """The system prompt of a prefix group: the same text for every session of the group."""
+    chars = max(int(tokens * chars_per_token), 1)
+    rng = random.Random(f"group/{group}")
+    text = " ".join(rng.choices(_WORDS, k=chars // _WORD_CHARS + 1))
+    while len(text) < chars:
+        text += " " + " ".join(rng.choices(_WORDS, k=chars // _WORD_CHARS + 1))
+    return f"System prompt of {group}.\n{text}"[:chars]
 
 
 #: Where a call body's messages go: spliced in after the small fields are encoded.
