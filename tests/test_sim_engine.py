@@ -366,3 +366,26 @@ def test_a_session_own_chunks_hit_only_where_it_was_placed():
     assert checked[0] > 100
     assert len({p.index for p in sim.prefills}) == 4
     assert any(bin(s.placed_on).count("1") > 1 for s in sim.sessions)  # some sessions moved
+
+
+def test_run_scenario_gives_back_the_garbage_collector_as_it_found_it():
+    # run_scenario makes the workload with the collector off and freezes it
+    # for the run; the caller's switch and threshold come back, and a process
+    # that froze nothing has nothing frozen after it.
+    import gc
+
+    from basin.experiments.runner import run_scenario
+    from basin.experiments.scenario import load_scenario
+
+    sc = load_scenario("surge-1p3d", ["workload.sessions=60", "duration_min=10", "measure_end_min=10"])
+    before, was = gc.get_threshold(), gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            gc.unfreeze()
+            run_scenario(sc, "hicache")
+            assert gc.isenabled() is enabled and gc.get_threshold() == before
+            assert gc.get_freeze_count() == 0
+    finally:
+        (gc.enable if was else gc.disable)()
+        gc.set_threshold(*before)

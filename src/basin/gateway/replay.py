@@ -203,16 +203,7 @@ class SessionConversation:
         self.tokens = 0
 
     def _filler(self, tokens: int) -> str:
-        # Words drawn in batches sized to the text still missing (one draw per
-        # word was a sixth of the client's CPU at 30x).
-        chars = max(int(tokens * self.chars_per_token), 1)
-        parts: list[str] = []
-        size = 0
-        while size < chars:
-            part = " ".join(self.rng.choices(_WORDS, k=(chars - size) // _WORD_CHARS + 1))
-            parts.append(part)
-            size += len(part) + 1
-        return " ".join(parts)[:chars]
+        return _words(self.rng, max(int(tokens * self.chars_per_token), 1))
 
     def next_prompt(self, prompt_tokens: int, previous_output_tokens: int) -> list[dict[str, str]]:
         """The messages of the next call, whose prompt is ``prompt_tokens``."""
@@ -239,15 +230,23 @@ class SessionConversation:
         return b"[" + b", ".join(self._encoded) + b"]"
 
 
+def _words(rng: random.Random, chars: int) -> str:
+    """``chars`` characters of filler words, drawn in batches sized to the text
+    still missing (one draw per word was a sixth of the client's CPU at 30x)."""
+    parts: list[str] = []
+    size = 0
+    while size < chars:
+        part = " ".join(rng.choices(_WORDS, k=(chars - size) // _WORD_CHARS + 1))
+        parts.append(part)
+        size += len(part) + 1
+    return " ".join(parts)[:chars]
+
+
 @functools.lru_cache(maxsize=64)
 def _group_prompt(group: str, tokens: int, chars_per_token: float) -> str:
     """The system prompt of a prefix group: the same text for every session of the group."""
     chars = max(int(tokens * chars_per_token), 1)
-    rng = random.Random(f"group/{group}")
-    text = " ".join(rng.choices(_WORDS, k=chars // _WORD_CHARS + 1))
-    while len(text) < chars:
-        text += " " + " ".join(rng.choices(_WORDS, k=chars // _WORD_CHARS + 1))
-    return f"System prompt of {group}.\n{text}"[:chars]
+    return (f"System prompt of {group}.\n" + _words(random.Random(f"group/{group}"), chars))[:chars]
 
 
 #: Where a call body's messages go: spliced in after the small fields are encoded.
