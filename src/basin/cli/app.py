@@ -21,26 +21,26 @@ import typer  # noqa: E402
 
 from basin.errors import BasinInputError  # noqa: E402
 
-#: name -> (module under basin.cli, attribute, "group" for a sub-app or "command"), in help order.
-COMMANDS: dict[str, tuple[str, str, str]] = {
-    "workload": ("workload", "app", "group"),
-    "scenario": ("scenario", "app", "group"),
-    "cache": ("cache", "app", "group"),
-    "predict": ("predict", "app", "group"),
-    "model": ("model", "app", "group"),
-    "run": ("run", "run", "command"),
-    "compare": ("compare", "compare", "command"),
-    "ablate": ("ablate", "ablate", "command"),
-    "profile": ("profile", "profile", "command"),
-    "critical-rate": ("critical_rate", "critical_rate", "command"),
-    "gateway": ("gateway", "gateway", "command"),
-    "replay": ("replay", "replay", "command"),
-    "vulnerable": ("vulnerable", "vulnerable", "command"),
-    "deployment": ("deployment", "app", "group"),
-    "emulate": ("emulate", "emulate", "command"),
-    "sweep": ("sweep", "sweep", "command"),
-    "report": ("report", "report", "command"),
-    "tune": ("tune", "tune", "command"),
+#: name -> (module under basin.cli, the command's function or sub-app there), in help order.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "workload": ("workload", "app"),
+    "scenario": ("scenario", "app"),
+    "cache": ("cache", "app"),
+    "predict": ("predict", "app"),
+    "model": ("model", "app"),
+    "run": ("run", "run"),
+    "compare": ("compare", "compare"),
+    "ablate": ("ablate", "ablate"),
+    "profile": ("profile", "profile"),
+    "critical-rate": ("critical_rate", "critical_rate"),
+    "gateway": ("gateway", "gateway"),
+    "replay": ("replay", "replay"),
+    "vulnerable": ("vulnerable", "vulnerable"),
+    "deployment": ("deployment", "app"),
+    "emulate": ("emulate", "emulate"),
+    "sweep": ("sweep", "sweep"),
+    "report": ("report", "report"),
+    "tune": ("tune", "tune"),
 }
 
 
@@ -69,11 +69,11 @@ def build_app(only: str | None = None) -> typer.Typer:
         pretty_exceptions_enable=False,
     )
     cli.callback()(_root)
-    for name, (module, attribute, kind) in COMMANDS.items():
+    for name, (module, attribute) in COMMANDS.items():
         if only is not None and name != only:
             continue
         target = getattr(importlib.import_module(f"basin.cli.{module}"), attribute)
-        if kind == "group":
+        if isinstance(target, typer.Typer):  # a group of sub-commands
             cli.add_typer(target, name=name)
         else:
             cli.command(name)(target)
