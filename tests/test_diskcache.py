@@ -108,6 +108,33 @@ def test_sessions_pickle_their_calls_as_columns_and_keep_every_field_and_type():
         pickle.loads(pickle.dumps(packed)).calls[0].prompt_tokens = 1  # type: ignore[misc]
 
 
+def test_workloads_pickle_all_their_sessions_calls_as_one_set_of_columns():
+    from dataclasses import fields
+
+    from basin.workload import records
+    from basin.workload.records import Workload
+
+    assert set(records._WORKLOAD_FIELDS) == {f.name for f in fields(Workload)} - {"sessions"}
+    sessions = (
+        Session("a", (Call(100, 100, 5, 1.5), Call(120, 15, 2**40, 0.25)), task_text="t", tags=("x",)),
+        Session("b", (Call(64, 64, 3, 0.0, block_hashes=(7,)),)),  # kept as objects
+        Session("c", (Call(10, 10, 1, 2),)),  # an int gap: kept as objects, as an int
+        Session("d", (Call(50, 50, 0, 0.5),), shared_prefix_tokens=20, prefix_group="g", source="trace"),
+    )
+    w = Workload("mixed", sessions, block_tokens=64, description="d", origin="o", extra={"k": [1, 2]})
+    back = pickle.loads(pickle.dumps(w, protocol=pickle.HIGHEST_PROTOCOL))
+    assert back == w and back.extra == {"k": [1, 2]} and back.block_tokens == 64
+    assert [type(s.calls) for s in back.sessions] == [tuple] * 4
+    assert type(back.sessions[2].calls[0].tool_gap_s) is int
+    assert back.sessions[1].calls[0].block_hashes == (7,)
+    for mine, theirs in zip((c for s in back.sessions for c in s.calls), (c for s in w.sessions for c in s.calls),
+                            strict=True):
+        assert [type(getattr(mine, n)) for n in records._SET_CALL_FIELD] == \
+            [type(getattr(theirs, n)) for n in records._SET_CALL_FIELD]
+    with pytest.raises(Exception, match="frozen|cannot assign"):
+        back.sessions[0].calls[0].prompt_tokens = 1  # type: ignore[misc]
+
+
 def test_reading_an_entry_leaves_the_garbage_collector_as_it_was():
     import gc
 

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from itertools import repeat
 
 
 class RecordError(ValueError):
@@ -108,26 +111,36 @@ def _restore_call(prompt_tokens: int, new_tokens: int, output_tokens: int, tool_
     return call
 
 
-def _pack_calls(calls: tuple[Call, ...]) -> tuple[bytes, bytes, bytes, bytes] | None:
+def _packable(calls: Sequence[Call]) -> bool:
+    """Whether calls go into columns of machine numbers (no block hashes, float gaps)."""
+    return not any(c.block_hashes is not None or type(c.tool_gap_s) is not float for c in calls)
+
+
+def _columns(calls: Sequence[Call]) -> tuple[bytes, ...]:
+    return tuple(array(code, [getattr(c, name) for c in calls]).tobytes() for name, code in _CALL_COLUMNS)
+
+
+def _pack_calls(calls: tuple[Call, ...]) -> tuple[bytes, ...] | None:
     """A session's calls as four columns of machine numbers, or None when a
     call carries block hashes or a gap that is not a float (kept as objects)."""
-    if any(c.block_hashes is not None or type(c.tool_gap_s) is not float for c in calls):
-        return None
-    prompt, new, output, gap = (array(code, [getattr(c, name) for c in calls]).tobytes()
-                                for name, code in _CALL_COLUMNS)
-    return prompt, new, output, gap
+    return _columns(calls) if _packable(calls) else None
 
 
-def _unpack_calls(columns: tuple[bytes, bytes, bytes, bytes]) -> tuple[Call, ...]:
-    prompt, new, output, gap = (array(code, raw).tolist()
-                                for (_, code), raw in zip(_CALL_COLUMNS, columns, strict=True))
-    return tuple(map(_restore_call, prompt, new, output, gap, [None] * len(prompt)))
+def _unpack_calls(columns: Sequence[bytes]) -> list[Call]:
+    # Field by field over all the calls, each pass a C loop (a Python call per
+    # record cost twice as much: a workload restores some 130,000 calls).
+    values = [array(code, raw).tolist() for (_, code), raw in zip(_CALL_COLUMNS, columns, strict=True)]
+    calls = list(map(object.__new__, repeat(Call, len(values[0]))))
+    for (name, _), column in zip(_CALL_COLUMNS, values, strict=True):
+        deque(map(_SET_CALL_FIELD[name], calls, column), maxlen=0)
+    deque(map(_SET_CALL_FIELD["block_hashes"], calls, repeat(None)), maxlen=0)
+    return calls
 
 
-def _restore_session(calls: tuple[Call, ...] | tuple[bytes, bytes, bytes, bytes], *values: object) -> Session:
+def _restore_session(calls: tuple[Call, ...] | tuple[bytes, ...], *values: object) -> Session:
     session = object.__new__(Session)
     if calls and not isinstance(calls[0], Call):
-        calls = _unpack_calls(calls)
+        calls = tuple(_unpack_calls(calls))
     object.__setattr__(session, "calls", calls)
     for name, value in zip(_SESSION_FIELDS, values, strict=True):
         object.__setattr__(session, name, value)
@@ -222,6 +235,40 @@ class Workload:
             if self.block_tokens == 0:
                 raise RecordError("block_tokens", "expected a positive block size")
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # Pickled with every session's calls in one set of columns (sessions
+        # whose calls do not pack keep them as objects), restored in one pass
+        # without the checks the records passed when built: per session, the
+        # set-up of its columns cost about as much as its calls.
+        packable = [_packable(s.calls) for s in self.sessions]
+        columns = _columns([c for s, ok in zip(self.sessions, packable, strict=True) if ok for c in s.calls])
+        lengths = array("q", [len(s.calls) if ok else 0 for s, ok in zip(self.sessions, packable, strict=True)])
+        heads = [(None if ok else s.calls, *(getattr(s, name) for name in _SESSION_FIELDS))
+                 for s, ok in zip(self.sessions, packable, strict=True)]
+        return _restore_workload, (columns, lengths.tobytes(), heads,
+                                   *(getattr(self, name) for name in _WORKLOAD_FIELDS))
+
     @property
     def n_calls(self) -> int:
         return sum(len(s.calls) for s in self.sessions)
+
+
+#: Workload's fields apart from its sessions, in the order a pickle carries them.
+_WORKLOAD_FIELDS = tuple(f.name for f in fields(Workload) if f.name != "sessions")
+
+
+def _restore_workload(columns: Sequence[bytes], lengths: bytes,
+                      heads: Sequence[tuple[tuple[Call, ...] | None, ...]], *values: object) -> Workload:
+    calls = _unpack_calls(columns)
+    sessions = []
+    start = 0
+    for n, (own, *session_values) in zip(array("q", lengths).tolist(), heads, strict=True):
+        if own is None:
+            own = tuple(calls[start:start + n])
+            start += n
+        sessions.append(_restore_session(own, *session_values))
+    workload = object.__new__(Workload)
+    object.__setattr__(workload, "sessions", tuple(sessions))
+    for name, value in zip(_WORKLOAD_FIELDS, values, strict=True):
+        object.__setattr__(workload, name, value)
+    return workload
