@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
+from basin.sim.prefill import PrefillInstance
 from basin.sim.router import BALANCE_ABS_REQUESTS, choose_decode, choose_prefill
 
 from .helpers import HW, prefill, request
@@ -128,3 +131,43 @@ def test_routing_has_no_side_effects_on_the_caches(router):
     before = [(i.cache.device_used, len(list(i.cache.nodes())), i.cache.stats.queried_tokens) for i in insts]
     choose_prefill(router, insts, request(1, 5000, key=SYS + [("new", 904)]))
     assert [(i.cache.device_used, len(list(i.cache.nodes())), i.cache.stats.queried_tokens) for i in insts] == before
+
+
+def _every_instance_walked(instances, req) -> PrefillInstance:
+    """Cache-aware routing as first written: every instance's cache is walked
+    (the session's own chunks where it was placed, its shared pieces elsewhere)."""
+    from basin.sim.router import MATCH_THRESHOLD, _load, _lowest
+    from basin.sim.sessions import shared_pieces
+
+    loads = [_load(i) for i in instances]
+    key, placed, shared = req.key, req.session.placed_on, shared_pieces(req.key)
+    matches = [i.cache.peek(key) if placed >> i.index & 1 else (i.cache.peek(key, None, shared) if shared else 0)
+               for i in instances]
+    best = 0
+    for j in range(1, len(instances)):
+        if matches[j] > matches[best] or (matches[j] == matches[best] and loads[j] < loads[best]):
+            best = j
+    if matches[best] >= MATCH_THRESHOLD * req.prompt:
+        return instances[best]
+    return _lowest(instances, [i.cache.device_used for i in instances])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_cache_aware_walks_fewer_caches_and_chooses_as_if_it_walked_them_all(data):
+    n = data.draw(st.integers(2, 5), label="instances")
+    insts = [prefill(i, page_tokens=64) for i in range(n)]
+    own = data.draw(st.lists(st.integers(64, 4096), min_size=1, max_size=4), label="own pieces")
+    shared_tokens = data.draw(st.sampled_from([0, 64, 1000, 4096, 20_000]), label="shared tokens")
+    shared = [(("group", "g"), shared_tokens)] if shared_tokens else []
+    key = shared + [(7 << 24 | k << 2 | 3, size) for k, size in enumerate(own)]
+    for inst in insts:
+        if shared and data.draw(st.booleans(), label=f"shared cached on {inst.index}"):
+            _cached(inst, shared[:1] if data.draw(st.booleans()) else [(("group", "g"), shared_tokens // 2 + 1)])
+        depth = data.draw(st.integers(0, len(own)), label=f"own pieces cached on {inst.index}")
+        if depth:
+            _cached(inst, key[:len(shared) + depth])
+        _queue(inst, data.draw(st.integers(0, 3), label=f"queue of {inst.index}"))
+    req = request(7, sum(size for _, size in key), key=key)
+    req.session.placed_on = data.draw(st.integers(0, (1 << n) - 1), label="placed on")
+    assert choose_prefill("cache-aware", insts, req) is _every_instance_walked(insts, req)

@@ -45,13 +45,24 @@ def choose_prefill(router: str, instances: Sequence[PrefillInstance], req: Reque
         return _lowest(instances, loads)
     # A session's own chunks are only where it was placed; elsewhere the walk
     # would stop at the first of them, so it is cut there (a trace of block
-    # hashes has none: its whole key is walked everywhere).
+    # hashes has none: its whole key is walked everywhere). The instances it
+    # was placed on are walked first: elsewhere at most the shared pieces can
+    # match, and where they are shorter than the best match so far the
+    # instance can neither win nor tie, so it is not walked (its entry stays
+    # 0, below that best; only the best's value and its ties decide).
     key = req.key
     cursor = session.cursor if session.key is key else None
-    shared = shared_pieces(key)
     placed = session.placed_on
-    matches = [i.cache.peek(key, cursor) if placed >> i.index & 1
-               else (i.cache.peek(key, None, shared) if shared else 0) for i in instances]
+    matches = [i.cache.peek(key, cursor) if placed >> i.index & 1 else 0 for i in instances]
+    shared = shared_pieces(key)
+    if shared:
+        reach = 0
+        for j in range(shared):
+            reach += key[j][1]
+        best_placed = max(matches)
+        for j, inst in enumerate(instances):
+            if not placed >> inst.index & 1 and reach >= best_placed:
+                matches[j] = inst.cache.peek(key, None, shared)
     # The longest match; then the shortest queue; then the first.
     best = 0
     for j in range(1, len(instances)):
