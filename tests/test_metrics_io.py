@@ -54,6 +54,17 @@ def test_parquet_round_trip_keeps_types_and_nan(tmp_path: Path) -> None:
     assert back[1]["shed"].dtype == bool
 
 
+def test_run_tables_are_plain_columns_under_zstd(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    calls, sessions, timeseries, _ = _run()
+    write_run(tmp_path / "run", calls, sessions, timeseries)
+    meta = pq.ParquetFile(tmp_path / "run" / "calls.parquet").metadata
+    chunks = [meta.row_group(0).column(i) for i in range(meta.num_columns)]
+    assert {c.compression for c in chunks} == {"ZSTD"}
+    assert not any("DICTIONARY" in enc for c in chunks for enc in c.encodings)  # first use costs ~70 ms
+
+
 def test_string_columns_of_either_kind_round_trip(tmp_path: Path) -> None:
     table = {"tag": np.array(["base", "burst"]), "id": np.array(["a", "b"], dtype=object), "x": np.arange(2)}
     write_table(table, tmp_path / "t.parquet")
