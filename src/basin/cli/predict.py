@@ -20,6 +20,8 @@ class Model(str, enum.Enum):
     """The regression of log peak (docs/predictor.md)."""
 
     RIDGE = "ridge"
+    RIDGE_TEXT = "ridge-text"
+    KNN = "knn"
     GBT = "gbt"
     QUANTILE = "quantile"
     AUTO = "auto"
@@ -77,7 +79,8 @@ def eval_cmd(
                                      help="Hold out whole tasks (honest) or single sessions (leaks reruns)."),
     lengths_only: bool = typer.Option(False, "--lengths-only", help="Drop the TF-IDF text features (ablation)."),
     model: Model = typer.Option(Model.RIDGE, "--model",
-                                help="ridge (the paper's), gbt, quantile, or auto (chosen by grouped inner CV)."),
+                                help="ridge (the paper's), ridge-text (task length the one free length), knn "
+                                     "(nearest tasks), gbt, quantile, or auto (chosen by grouped inner CV)."),
     quantile: float | None = typer.Option(None, "--quantile", "-q",
                                           help="Reservation level: report the split-conformal quantile's "
                                                "coverage and over/under-shoot (e.g. 0.9)."),

@@ -49,7 +49,7 @@ from basin.workload.records import Session, Workload
 #: Bump when the saved layout or the calibration changes.
 CALIBRATED_FORMAT = 1
 
-KINDS = ("ridge", "gbt", "quantile", "auto")
+KINDS = ("ridge", "ridge-text", "knn", "gbt", "quantile", "auto")
 
 
 def check_level(level: object) -> float | None:

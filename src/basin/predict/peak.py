@@ -70,17 +70,17 @@ if TYPE_CHECKING:
 
 #: Bump when the model, its features or the saved layout change: older cache
 #: files are then refitted instead of loaded.
-MODEL_FORMAT = 1
+MODEL_FORMAT = 2
 
 #: Default cross-fitting folds (whole tasks per fold) and seed.
 DEFAULT_FOLDS = 10
 DEFAULT_SEED = 0
 
-SPEC_HELP = ("ridge, ridge:FILE, ridge|gbt|quantile|auto[:q=LEVEL], growth:FACTOR, oracle, noisy:SIGMA or "
-             "noisy:SIGMA:SEED")
+SPEC_HELP = ("ridge, ridge:FILE, ridge|ridge-text|knn|gbt|quantile|auto[:q=LEVEL], growth:FACTOR, oracle, "
+             "noisy:SIGMA or noisy:SIGMA:SEED")
 
 #: Model kinds of the calibrated predictors (:mod:`basin.predict.calibrated`).
-CALIBRATED_KINDS = ("ridge", "gbt", "quantile", "auto")
+CALIBRATED_KINDS = ("ridge", "ridge-text", "knn", "gbt", "quantile", "auto")
 
 
 @runtime_checkable
@@ -347,7 +347,7 @@ class PeakEvaluation:
     seconds: float
     predictions: np.ndarray = field(repr=False, compare=False)
     peaks: np.ndarray = field(repr=False, compare=False)
-    #: The model (``ridge``, ``gbt``, ``quantile``, ``auto``) and the kinds the folds chose.
+    #: The model (one of :data:`CALIBRATED_KINDS`) and the kinds the folds chose.
     model: str = "ridge"
     fold_models: tuple[str, ...] = ()
     #: The point prediction's and (with a level) the conformal reservation's
@@ -424,7 +424,7 @@ def evaluate(workload: Workload, folds: int = DEFAULT_FOLDS, seed: int = DEFAULT
         reservation = reservation_figures(reserve, data.peaks)
     chars = np.array([len(t) if t else 0 for t, _ in data.rows], dtype=float)
     prompts = np.array([p for _, p in data.rows], dtype=float)
-    steps = [m.named_steps for m in cf.models if model_kind(m) == "ridge"]
+    steps = [m.named_steps for m in cf.models if model_kind(m) in ("ridge", "ridge-text")]
     return PeakEvaluation(
         workload=workload.name, sessions=len(data.rows), groups=len(set(groups)), folds=len(cf.models),
         fold_seed=seed, group_by=group_by, use_text=use_text,
@@ -724,7 +724,7 @@ def make_predictor(spec: str, workload_name: str | None = None) -> PeakPredictor
     * ``ridge``: the ridge predictor of ``workload_name`` (fitted on first
       use, then cached in this process and on disk);
     * ``ridge:FILE``: a predictor saved by ``basin predict fit --out FILE``;
-    * ``gbt``, ``quantile``, ``auto``, and any of them or ``ridge`` with
+    * ``ridge-text``, ``knn``, ``gbt``, ``quantile``, ``auto``, and any of them or ``ridge`` with
       ``:q=LEVEL``: a calibrated predictor (:mod:`basin.predict.calibrated`)
       of that model, reserving the split-conformal ``LEVEL`` quantile of the
       peak (without ``q``: the point prediction); it also carries the fit of

@@ -79,13 +79,24 @@ def tokens(text: str) -> tuple[str, ...]:
     return tuple(_TOKEN.findall(text.lower()))
 
 
-def length_features(rows: Sequence[Row]) -> np.ndarray:
-    """The two free columns: log(1 + task characters), log(1 + first-prompt tokens)."""
-    out = np.empty((len(rows), N_LENGTHS), dtype=float)
+def length_features(rows: Sequence[Row], prompt_length: bool = True) -> np.ndarray:
+    """The free columns: log(1 + task characters), then log(1 + first-prompt tokens).
+
+    ``prompt_length=False`` leaves out the second: in the shipped workloads the
+    first prompt is nearly a copy of the text length (docs/predictor.md), and
+    two free collinear lengths fit curvature rather than signal.
+    """
+    out = np.empty((len(rows), n_lengths(prompt_length)), dtype=float)
     for i, (text, prompt) in enumerate(rows):
         out[i, 0] = np.log1p(len(text)) if text else 0.0
-        out[i, PROMPT_COLUMN] = np.log1p(prompt)
+        if prompt_length:
+            out[i, PROMPT_COLUMN] = np.log1p(prompt)
     return out
+
+
+def n_lengths(prompt_length: bool = True) -> int:
+    """How many free length columns the features put first."""
+    return N_LENGTHS if prompt_length else 1
 
 
 class PeakFeatures(BaseEstimator, TransformerMixin):
@@ -94,15 +105,17 @@ class PeakFeatures(BaseEstimator, TransformerMixin):
     The TF-IDF vocabulary and IDF weights are learnt in :meth:`fit` from the
     distinct non-empty texts it is given; with fewer than ``min_df`` distinct
     texts (or none) the text block is empty and only the lengths remain.
-    ``use_text=False`` drops the text block (the lengths-only ablation).
+    ``use_text=False`` drops the text block (the lengths-only ablation);
+    ``prompt_length=False`` drops the first-prompt column (:func:`length_features`).
     """
 
     def __init__(self, min_df: int = 2, max_df: float = 0.9, sublinear_tf: bool = True,
-                 use_text: bool = True):
+                 use_text: bool = True, prompt_length: bool = True):
         self.min_df = min_df
         self.max_df = max_df
         self.sublinear_tf = sublinear_tf
         self.use_text = use_text
+        self.prompt_length = prompt_length
 
     def fit(self, rows: Sequence[Row], y: object = None) -> PeakFeatures:
         self._fit(rows)
@@ -136,10 +149,9 @@ class PeakFeatures(BaseEstimator, TransformerMixin):
         # A session without text is an all-zero row.
         return distinct + [""], sparse.vstack([matrix, sparse.csr_matrix((1, matrix.shape[1]))], format="csr")
 
-    @staticmethod
-    def _stack(rows: Sequence[Row], text_block: tuple[list[str], sparse.csr_matrix] | None) -> sparse.csr_matrix:
+    def _stack(self, rows: Sequence[Row], text_block: tuple[list[str], sparse.csr_matrix] | None) -> sparse.csr_matrix:
         """Lengths, then each row's TF-IDF row (reruns share a text: vectorised once, indexed)."""
-        lengths = sparse.csr_matrix(length_features(rows))
+        lengths = sparse.csr_matrix(length_features(rows, self.prompt_length))
         if text_block is None:
             return lengths
         distinct, matrix = text_block
@@ -232,9 +244,10 @@ def _dense(features: object) -> np.ndarray:
     return np.asarray(features, dtype=float)
 
 
-def make_pipeline(alpha: float = 1.0, use_text: bool = True) -> Pipeline:
-    """The unfitted model: features then the free-length ridge."""
-    return Pipeline([("features", PeakFeatures(use_text=use_text)), ("ridge", FreeLengthRidge(alpha=alpha))])
+def make_pipeline(alpha: float = 1.0, use_text: bool = True, prompt_length: bool = True) -> Pipeline:
+    """The unfitted model: features then the free-length ridge (as many free columns as lengths)."""
+    return Pipeline([("features", PeakFeatures(use_text=use_text, prompt_length=prompt_length)),
+                     ("ridge", FreeLengthRidge(alpha=alpha, n_free=n_lengths(prompt_length)))])
 
 
 def group_splits(groups: Sequence[str], n_folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -255,7 +268,7 @@ def group_splits(groups: Sequence[str], n_folds: int, seed: int) -> list[tuple[n
 
 def fit_model(rows: Sequence[Row], y: Sequence[float] | np.ndarray, groups: Sequence[str], *,
               alphas: Sequence[float] = DEFAULT_ALPHAS, inner_folds: int = 5, seed: int = 0,
-              use_text: bool = True) -> Pipeline:
+              use_text: bool = True, prompt_length: bool = True) -> Pipeline:
     """Fit the pipeline, choosing alpha by grouped inner cross-validation.
 
     Every inner fold refits the features (vocabulary, IDF) on its own training
@@ -263,13 +276,16 @@ def fit_model(rows: Sequence[Row], y: Sequence[float] | np.ndarray, groups: Sequ
     the least mean squared log error wins (ties: the larger alpha). With fewer
     than two groups, a single alpha, or no text block, the grid's median alpha
     is used without search (it does not matter without text columns).
+    ``prompt_length=False`` fits the one-length variant (``ridge-text``); it
+    keeps the first prompt when no training session has a text, since the
+    prompt is then the only signal and collinear with nothing.
     """
     rows = list(rows)
     yv = np.asarray(y, dtype=float)
-    base = make_pipeline(use_text=use_text)
+    has_text = len({t for t, _ in rows if t}) >= 2
+    base = make_pipeline(use_text=use_text, prompt_length=prompt_length or not any(t for t, _ in rows))
     alphas = tuple(float(a) for a in alphas)
     alpha = float(np.median(alphas))
-    has_text = len({t for t, _ in rows if t}) >= 2
     if len(set(groups)) >= 2 and len(alphas) > 1 and use_text and has_text:
         sse = np.zeros(len(alphas))
         for train, test in group_splits(groups, inner_folds, seed + 1):
