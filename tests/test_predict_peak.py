@@ -25,30 +25,13 @@ from basin.predict.peak import (
 from basin.predict.ridge import FreeLengthRidge, PeakFeatures, group_splits, tokens
 from basin.workload.io import write_workload
 from basin.workload.records import Call, Session, Workload
-
-WORDS = ("alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega parser django numpy "
-         "server client cache index query build test docs config error crash import export").split()
+from predict_helpers import toy_workload
 
 
 def _workload(n_tasks: int = 24, reruns: int = 2, seed: int = 0, magic: bool = False,
               with_text: bool = True) -> Workload:
-    """Single-call sessions whose log peak depends on a few words and the text length.
-
-    ``magic``: every task text also carries a token of its own (``zq<task>``)
-    that no other task shares: a perfect identifier of the task's peak.
-    """
-    rng = np.random.default_rng(seed)
-    sessions = []
-    for t in range(n_tasks):
-        words = list(rng.choice(WORDS, size=int(rng.integers(8, 40))))
-        text = " ".join(words) + (f" zq{t:04d}" if magic else "")
-        size = 2000 * math.exp(0.8 * ("django" in words) + 0.5 * ("crash" in words) + 0.01 * len(words))
-        for r in range(reruns):
-            first = 500 + 3 * len(text)
-            peak_tokens = int(size * math.exp(0.2 * rng.standard_normal())) + first
-            sessions.append(Session(f"s{t:03d}-{r}", (Call(first, first, peak_tokens - first),),
-                                    task_text=text if with_text else None))
-    return Workload("toy", tuple(sessions))
+    """Single-call sessions of the toy workload (tests/predict_helpers.py)."""
+    return toy_workload(n_tasks, reruns, seed, magic, with_text)
 
 
 def _replace_text(w: Workload, old: str, new: str) -> Workload:
