@@ -33,6 +33,7 @@ import numpy as np
 from basin.errors import BasinInputError, where
 from basin.predict.growth import GrowthFit, fit_growth
 from basin.predict.peak import (
+    CALIBRATED_KINDS,
     DEFAULT_FOLDS,
     DEFAULT_SEED,
     TrainingData,
@@ -49,7 +50,8 @@ from basin.workload.records import Session, Workload
 #: Bump when the saved layout or the calibration changes.
 CALIBRATED_FORMAT = 1
 
-KINDS = ("ridge", "ridge-text", "knn", "gbt", "quantile", "auto")
+#: The model kinds (one list, kept by :mod:`basin.predict.peak`, which must not import scikit-learn).
+KINDS = CALIBRATED_KINDS
 
 
 def check_level(level: object) -> float | None:

@@ -136,8 +136,9 @@ class TaskNeighbours(BaseEstimator, RegressorMixin):
         rows = list(rows)
         yv = np.asarray(y, dtype=float)
         self.prompt_length_ = not any(t for t, _ in rows)
-        self.coef_ = np.linalg.lstsq(self._lengths(rows), yv, rcond=None)[0]
-        resid = yv - self._lengths(rows) @ self.coef_
+        lengths = self._lengths(rows)
+        self.coef_ = np.linalg.lstsq(lengths, yv, rcond=None)[0]
+        resid = yv - lengths @ self.coef_
         self.features_ = PeakFeatures(prompt_length=False, use_text=self.use_text).fit(rows)
         self.index_: NearestNeighbors | None = None
         self.task_residuals_ = np.zeros(0)
