@@ -135,21 +135,15 @@ def test_routing_has_no_side_effects_on_the_caches(router):
 
 def _every_instance_walked(instances, req) -> PrefillInstance:
     """Cache-aware routing as first written: every instance's cache is walked
-    (the session's own chunks where it was placed, its shared pieces elsewhere)."""
-    from basin.sim.router import MATCH_THRESHOLD, _load, _lowest
+    (the session's own chunks where it was placed, its shared pieces elsewhere),
+    then the router's own choice from the matches."""
+    from basin.sim.router import _load, by_match
     from basin.sim.sessions import shared_pieces
 
-    loads = [_load(i) for i in instances]
     key, placed, shared = req.key, req.session.placed_on, shared_pieces(req.key)
     matches = [i.cache.peek(key) if placed >> i.index & 1 else (i.cache.peek(key, None, shared) if shared else 0)
                for i in instances]
-    best = 0
-    for j in range(1, len(instances)):
-        if matches[j] > matches[best] or (matches[j] == matches[best] and loads[j] < loads[best]):
-            best = j
-    if matches[best] >= MATCH_THRESHOLD * req.prompt:
-        return instances[best]
-    return _lowest(instances, [i.cache.device_used for i in instances])
+    return by_match(instances, matches, [_load(i) for i in instances], req.prompt)
 
 
 @settings(max_examples=300, deadline=None)
@@ -171,3 +165,18 @@ def test_cache_aware_walks_fewer_caches_and_chooses_as_if_it_walked_them_all(dat
     req = request(7, sum(size for _, size in key), key=key)
     req.session.placed_on = data.draw(st.integers(0, (1 << n) - 1), label="placed on")
     assert choose_prefill("cache-aware", insts, req) is _every_instance_walked(insts, req)
+
+
+def test_an_instance_the_session_never_used_still_wins_a_tie_on_load():
+    # Placed on 0, which holds only the shared prefix; 1 holds it too with a
+    # shorter queue. The shared pieces can match as much as the best placed
+    # match, so 1 is walked and the tie goes to the shorter queue.
+    insts = [prefill(i) for i in range(2)]
+    shared = [(("group", "g"), 8192)]
+    key = shared + [(7 << 24 | 3, 1024)]
+    for inst in insts:
+        _cached(inst, shared)
+    _queue(insts[0], 2)
+    req = request(7, 9216, key=key)
+    req.session.placed_on = 0b01
+    assert choose_prefill("cache-aware", insts, req) is insts[1]

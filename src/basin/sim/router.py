@@ -63,14 +63,21 @@ def choose_prefill(router: str, instances: Sequence[PrefillInstance], req: Reque
         for j, inst in enumerate(instances):
             if not placed >> inst.index & 1 and reach >= best_placed:
                 matches[j] = inst.cache.peek(key, None, shared)
-    # The longest match; then the shortest queue; then the first.
+    return by_match(instances, matches, loads, req.prompt)
+
+
+def by_match(instances: Sequence[PrefillInstance], matches: list[int], loads: list[int],
+             prompt_tokens: int) -> PrefillInstance:
+    """Cache-aware choice from each instance's cached tokens of the prompt and
+    its load: the longest match, then the shortest queue, then the first; where
+    even the longest covers less than :data:`MATCH_THRESHOLD` of the prompt,
+    the instance whose cache holds the least."""
     best = 0
     for j in range(1, len(instances)):
         if matches[j] > matches[best] or (matches[j] == matches[best] and loads[j] < loads[best]):
             best = j
-    if matches[best] >= MATCH_THRESHOLD * req.prompt:
+    if matches[best] >= MATCH_THRESHOLD * prompt_tokens:
         return instances[best]
-    # Poor reuse everywhere: place it where the cache holds the least.
     return _lowest(instances, [i.cache.device_used for i in instances])
 
 
