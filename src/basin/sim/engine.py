@@ -45,7 +45,7 @@ from basin.sim.router import choose_decode, choose_prefill
 from basin.sim.sessions import Request, SessionState
 from basin.workload.arrivals import SessionArrival
 from basin.workload.records import Session
-from basin.workload.reference import unloaded_reference_s, unloaded_references_s
+from basin.workload.reference import unloaded_references_s
 
 #: Allocations, net of frees, between two collections of the youngest
 #: generation while a run is on (Python's default is 700). A run makes almost
@@ -524,25 +524,19 @@ class Simulator:
 
     # ============================================================ reference
     def _tabulate_references(self, arrivals: Sequence[SessionArrival]) -> None:
-        """Work out the unloaded times of the sessions that will arrive in one
+        """Work out the unloaded times of the sessions that will arrive, in one
         batch (session by session, one call at a time, they took about 6% of
-        a trapped run's loop); each number is the one its session alone gets."""
-        todo: dict[int, SessionArrival] = {}
-        for arr in arrivals:
-            key = id(arr.session) * 1000 + arr.start_call
-            if key not in self._reference_cache:
-                todo.setdefault(key, arr)
-        values = unloaded_references_s([a.session.calls[a.start_call:] for a in todo.values()],
+        a trapped run's loop); each number is the one its session alone gets
+        (one definition: :func:`basin.workload.reference.unloaded_references_s`)."""
+        joined = {self._reference_key(a.session, a.start_call): a for a in arrivals}
+        values = unloaded_references_s([a.session.calls[a.start_call:] for a in joined.values()],
                                        self.config.hardware)
-        self._reference_cache.update(zip(todo, values, strict=True))
+        self._reference_cache = dict(zip(joined, values, strict=True))
+
+    @staticmethod
+    def _reference_key(session: Session, start_call: int) -> int:
+        return id(session) * 1000 + start_call
 
     def _reference_s(self, session: Session, start_call: int) -> float:
-        """Unloaded time of the session from where it joined (one definition:
-        :func:`basin.workload.reference.unloaded_reference_s`)."""
-        key = id(session) * 1000 + start_call
-        cached = self._reference_cache.get(key)
-        if cached is not None:
-            return cached
-        total = unloaded_reference_s(session.calls[start_call:], self.config.hardware)
-        self._reference_cache[key] = total
-        return total
+        """Unloaded time of the session from where it joined (tabulated at the run's start)."""
+        return self._reference_cache[self._reference_key(session, start_call)]
