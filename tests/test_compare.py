@@ -16,14 +16,13 @@ from basin.errors import BasinInputError
 from basin.experiments.compare import (
     DOC_BEGIN,
     DOC_END,
-    PAPER_ORDER,
     ScenarioInfo,
     aggregate,
-    expand_systems,
     fill_doc,
     markdown,
 )
 from basin.policy.registry import policy_names
+from basin.systems import PAPER_ORDER, expand_systems
 
 SHORT = ["--set", "duration_min=8", "--set", "measure_end_min=6", "--set", "arrivals.base_fraction_of_critical=0.2",
          "--set", "surge.start_min=2", "--set", "surge.end_min=4"]

@@ -215,3 +215,21 @@ def test_binned_statistics_equal_scipys_bit_for_bit(events: list[tuple[float, fl
         expected = (binned_statistic(times[sel], values[sel], statistic, bins=edges).statistic if sel.any()
                     else np.full(4, np.nan if statistic == "median" else 0.0))
         np.testing.assert_array_equal(ours, expected, err_msg=statistic)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from([0.0, 1.0, 1e300, -1e300, np.nan, np.inf, -np.inf]),
+                          st.floats(allow_nan=False, allow_infinity=False)), max_size=40),
+       st.one_of(st.sampled_from([0.0, 50.0, 90.0, 99.0, 100.0]), st.floats(0.0, 100.0)))
+def test_percentile_is_numpys_on_the_finite_values(values: list[float], q: float) -> None:
+    # nan_percentile follows numpy's linear method by hand (numpy's path imports numpy.ma);
+    # it must give numpy's numbers, overflow to infinity included.
+    arr = np.array(values, dtype=np.float64)
+    finite = arr[np.isfinite(arr)]
+    got = nan_percentile(arr, q)
+    if finite.size == 0:
+        assert np.isnan(got)
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = float(np.percentile(finite, q))
+    assert got == want or (np.isnan(got) and np.isnan(want))

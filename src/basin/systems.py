@@ -9,10 +9,11 @@ experiments, the gateway and the emulator all build their policies here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from basin.catalog import Deployment, HardwareProfile, load_hardware
+from basin.errors import BasinInputError
 from basin.policy.base import Policy
 from basin.policy.basin import BasinPaperPolicy, BasinPolicy, BasinPriorPolicy, CliffSummary, GrowthCorrection
 from basin.policy.composition import CompositionPolicy
@@ -30,6 +31,24 @@ BUILD_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 DEFAULT_PREDICTOR = "ridge"
+
+#: Display order (the paper's); systems registered later follow alphabetically.
+PAPER_ORDER = ("hicache", "thunderagent", "concur", "continuum", "crossflow", "composition", "basin-prior", "basin")
+
+
+def expand_systems(names: Sequence[str]) -> list[str]:
+    """Replace ``all`` by every registered policy (paper order first); drop repeats."""
+    registered = policy_names()
+    every = [n for n in PAPER_ORDER if n in registered] + [n for n in registered if n not in PAPER_ORDER]
+    out: list[str] = []
+    for name in names:
+        for n in (every if name == "all" else [name]):
+            if n not in out:
+                out.append(n)
+    unknown = [n for n in out if n not in registered]
+    if unknown:  # fail before any simulation
+        raise BasinInputError(f"unknown system(s) {', '.join(unknown)}: use one of {', '.join(registered)} or all")
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,10 @@ import math
 from collections import Counter
 
 import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
 
-from basin.sim.recorder import CALL_COLUMNS, Recorder
+from basin.sim.recorder import CALL_COLUMNS, Recorder, median
 from basin.sim.sessions import SessionState
 from basin.workload.records import Call, Session
 
@@ -118,3 +120,13 @@ def test_sessions_table_has_one_row_per_session():
     assert list(t["shed"]) == [False, True]
     assert t["finished_s"][0] == 50.0 and math.isnan(t["finished_s"][1])
     assert t["warm"].dtype == bool and t["calls_done"].dtype == np.int64
+
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64), max_size=40))
+def test_minute_median_is_numpys_bit_for_bit(values: list[float]) -> None:
+    """The per-minute medians feed the time series the digests pin: they must
+    be numpy's numbers, NaN and infinities included."""
+    got = median(values)
+    want = float(np.median(values)) if values else float("nan")
+    assert (math.isnan(got) and math.isnan(want)) or got == want
+    assert math.copysign(1.0, got) == math.copysign(1.0, want) or math.isnan(want)

@@ -69,7 +69,6 @@ def compare(
     """
     from basin.experiments.compare import (
         check_doc,
-        expand_systems,
         fill_doc,
         markdown,
         plot_bins,
@@ -81,6 +80,7 @@ def compare(
     )
     from basin.experiments.runner import check_runnable, provenance, write_provenance
     from basin.experiments.scenario import load_scenario
+    from basin.systems import expand_systems
 
     if as_json and as_csv:
         raise BasinInputError("--json and --csv both choose what is printed: give one")

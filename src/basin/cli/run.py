@@ -14,7 +14,6 @@ from typing import Any, Optional, TextIO
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 _err = Console(stderr=True)
@@ -50,7 +49,7 @@ def run(
 
     Example: basin run trap-1p1d --set surge.factor=2.0 --system hicache --out results/trap
     """
-    from basin.experiments.compare import expand_systems
+    from basin.systems import expand_systems
     from basin.experiments.plots import intervention_marks, plot_cliff, plot_run_timeseries
     from basin.experiments.runner import check_runnable, provenance, remove_stale_runs, run_scenario, write_provenance
     from basin.experiments.scenario import load_scenario
@@ -74,6 +73,8 @@ def run(
     quiet = as_json or as_csv
     runs = []
     if _err.is_terminal and not quiet:
+        from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn  # a bar only here
+
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), console=_err) as progress:
             for name in systems:

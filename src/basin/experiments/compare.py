@@ -26,34 +26,16 @@ from basin.errors import BasinInputError
 from basin.experiments.pool import run_jobs
 from basin.jsonvalues import json_values
 from basin.plotting import save_figure
+from basin.systems import PAPER_ORDER
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from basin.experiments.scenario import Scenario
 
-#: Display order (the paper's); systems registered later follow alphabetically.
-PAPER_ORDER = ("hicache", "thunderagent", "concur", "continuum", "crossflow", "composition", "basin-prior", "basin")
 BIN_MIN = 5.0
 DOC_BEGIN = "<!-- compare:begin -->"
 DOC_END = "<!-- compare:end -->"
-
-
-def expand_systems(names: Sequence[str]) -> list[str]:
-    """Replace ``all`` by every registered policy (paper order first); drop repeats."""
-    from basin.policy.registry import policy_names
-
-    registered = policy_names()
-    every = [n for n in PAPER_ORDER if n in registered] + [n for n in registered if n not in PAPER_ORDER]
-    out: list[str] = []
-    for name in names:
-        for n in (every if name == "all" else [name]):
-            if n not in out:
-                out.append(n)
-    unknown = [n for n in out if n not in registered]
-    if unknown:  # fail before any simulation
-        raise BasinInputError(f"unknown system(s) {', '.join(unknown)}: use one of {', '.join(registered)} or all")
-    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,13 +5,14 @@ comparisons and ablations all run their jobs here)."""
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+
+if TYPE_CHECKING:
+    import multiprocessing.context
 
 Job = TypeVar("Job")
 Result = TypeVar("Result")
@@ -20,6 +21,10 @@ Result = TypeVar("Result")
 def _context() -> multiprocessing.context.BaseContext:
     # fork where there is one: spawn would re-run an unguarded calling script
     # in every worker. The workers only simulate (no I/O, no locks shared).
+    # Imported here, as the executor is: a single run's progress lines come
+    # from this module too, and need neither.
+    import multiprocessing
+
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     return multiprocessing.get_context(method)
 
@@ -43,6 +48,8 @@ def run_jobs(fn: Callable[[Job], Result], jobs: Sequence[Job], workers: int | No
             if progress is not None:
                 progress(done, len(jobs))
         return results
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
     with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
         futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
         for done, fut in enumerate(as_completed(futures), start=1):

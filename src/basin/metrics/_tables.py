@@ -11,6 +11,7 @@ goodput figure rather than crash.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -91,11 +92,30 @@ def nan_percentile(values: np.ndarray, q: float) -> float:
     Metrics of an empty group are "not measured", not zero: a window without a
     first token has no median TTFT, and returning 0 would call it fast. Infinite
     entries count as missing too (numpy's ``nanpercentile`` would keep them).
+
+    numpy's linear method, step for step (the same numbers; a hypothesis test
+    holds it to ``numpy.percentile``): numpy's own path imports ``numpy.ma``,
+    about 20 ms of every ``basin run``.
     """
-    finite = np.where(np.isfinite(values), values, np.nan)
-    if not np.any(np.isfinite(finite)):
-        return float("nan")  # nanpercentile would warn about an all-NaN slice
-    return float(np.nanpercentile(finite, q))
+    arr = np.asarray(values, dtype=np.float64)
+    finite = np.sort(arr[np.isfinite(arr)])
+    n = int(finite.size)
+    if n == 0:
+        return float("nan")
+    virtual = (n - 1) * (q / 100)
+    if virtual >= n - 1:  # numpy's index -1 on both sides
+        lo = hi = n - 1
+        gamma = virtual + 1
+    elif virtual < 0:
+        lo = hi = 0
+        gamma = virtual
+    else:
+        lo = math.floor(virtual)
+        hi = lo + 1
+        gamma = virtual - lo
+    a, b = float(finite[lo]), float(finite[hi])
+    diff = b - a
+    return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
 
 
 def _binned(times: np.ndarray, values: np.ndarray, edges: np.ndarray, statistic: str) -> np.ndarray:

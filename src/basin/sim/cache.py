@@ -585,7 +585,7 @@ class RadixCache:
             while True:
                 freed += node.length
                 parent = node.parent
-                self._remove_subtree(node)
+                self._remove_host_leaf(node)
                 stats.evicted_host_tokens += node.length
                 if parent.last_access < stamp:
                     parent.last_access = stamp
@@ -609,6 +609,17 @@ class RadixCache:
             self.states_used -= 1
             freed += 1
 
+    def _remove_host_leaf(self, node: _Node) -> None:
+        """Drop a host-only node without children (what host eviction takes):
+        :meth:`_remove_subtree` without its walk."""
+        del node.parent.children[(node.chunk, node.start)]  # type: ignore[union-attr]
+        self.host_used -= node.length
+        node.on_host = False
+        if node.has_state:
+            node.has_state = False
+            self.states_used -= 1
+        node.parent = None
+
     def _remove_subtree(self, node: _Node) -> None:
         """Drop a node (and any host-only descendants) from the tree."""
         parent = node.parent
@@ -630,8 +641,9 @@ class RadixCache:
                 n.has_state = False
                 self.states_used -= 1
             n.parent = None
-            stack.extend(n.children.values())
-            n.children = {}
+            if n.children:
+                stack.extend(n.children.values())
+                n.children = {}
 
     @staticmethod
     def _key_tokens(key: Key) -> int:

@@ -120,8 +120,10 @@ class SessionState:
                 key.append((_chunk_id(self.uid, k, _NEW), rest))
             return key, False
         prev = self.record.calls[k - 1]
-        reused = call.reused_tokens
-        if reused == prev.context_tokens:
+        # Call.reused_tokens and Call.context_tokens, read as fields: the
+        # properties are interpreted code, called twice for every call.
+        reused = call.prompt_tokens - call.new_tokens
+        if reused == prev.prompt_tokens + prev.output_tokens:
             # The usual agent turn: previous output and the new suffix appended.
             grown = prev.output_tokens + call.new_tokens
             return (self.key + [(_chunk_id(self.uid, k, _MERGED), grown)] if grown else list(self.key)), True

@@ -541,6 +541,8 @@ def _warm(workload: Workload, n: int, call_s: float, rng: np.random.Generator) -
     session with probability proportional to its lifetime (tool gaps plus
     ``call_s`` per call), inside it at a call with probability proportional
     to the time spent from that call's start to the next call's."""
+    if n == 0:
+        return []  # the weights read every call of the workload; none is drawn from them
     phases = [np.array([c.tool_gap_s for c in s.calls]) + call_s for s in workload.sessions]
     lifetimes = np.array([p.sum() for p in phases])
     picks = rng.choice(len(workload.sessions), size=n, p=lifetimes / lifetimes.sum())
