@@ -18,7 +18,6 @@ from tests.cli_helpers import run_basin
 from tests.policy_helpers import info, signals
 
 from basin.catalog.cliff_profiles import BASIN_PROFILE_DIR
-from basin.systems import expand_systems
 from basin.experiments.runner import deployment_for, params_for, resolved_params
 from basin.experiments.scenario import load_scenario
 from basin.policy.base import Admission, Signals
@@ -33,7 +32,7 @@ from basin.policy.basin import (
 )
 from basin.policy.params import PolicyParamError
 from basin.policy.registry import policy_class, policy_names
-from basin.systems import BUILD_OPTIONS, RunContext, build_policy
+from basin.systems import BUILD_OPTIONS, RunContext, build_policy, expand_systems
 
 #: The paper's value of every addition, written out (not read from PAPER_BEHAVIOUR).
 PAPER = {

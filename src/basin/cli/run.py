@@ -49,11 +49,11 @@ def run(
 
     Example: basin run trap-1p1d --set surge.factor=2.0 --system hicache --out results/trap
     """
-    from basin.systems import expand_systems
     from basin.experiments.plots import intervention_marks, plot_cliff, plot_run_timeseries
     from basin.experiments.runner import check_runnable, provenance, remove_stale_runs, run_scenario, write_provenance
     from basin.experiments.scenario import load_scenario
     from basin.metrics.io import write_run
+    from basin.systems import expand_systems
 
     if as_json and as_csv:
         from basin.errors import BasinInputError

@@ -26,7 +26,6 @@ from basin.errors import BasinInputError
 from basin.experiments.pool import run_jobs
 from basin.jsonvalues import json_values
 from basin.plotting import save_figure
-from basin.systems import PAPER_ORDER
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -297,8 +297,8 @@ def resolve_sweep(path: Path, spec: SweepSpec) -> Sweep:
     """Check a sweep given as a spec and resolve every point of its grid (no
     run). ``path`` is the file it came from: relative paths are read from its
     folder and messages name it (``basin tune`` builds its specs in memory)."""
-    from basin.systems import expand_systems
     from basin.experiments.runner import check_runnable, params_for
+    from basin.systems import expand_systems
 
     here = path.resolve().parent
     scenario_arg = _anchored(spec.scenario, here) if _looks_like_path(spec.scenario) else spec.scenario
