@@ -70,7 +70,7 @@ def test_retracted_request_resumes_only_when_memory_is_back():
         t500 = bench.loop.now
     assert t500 is not None
     dec = bench.dec
-    assert b not in dec.batch and [r for _, _, r in dec.wait] == [b]
+    assert b not in dec.batch and [e.req for e in dec.wait] == [b]
     assert dec.waiting == 1 and b.reserved == 0
     dec.check()
     bench.loop.run(1e6)

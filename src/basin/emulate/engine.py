@@ -415,7 +415,7 @@ class EmulatedEngine:
         return [
             DecodeFigures(
                 index=d.index, running_requests=len(d.batch), joining_requests=len(d.pending),
-                memory_wait_requests=sum(1 for _, _, r in d.wait if not r.cancelled),
+                memory_wait_requests=d.live_waiting(),
                 transfer_requests=self._in_transfer[d.index], kv_tokens=d.capacity,
                 kv_used_fraction=min(1.0, d.used / d.capacity), lent_tokens=d.lent)
             for d in self.decodes

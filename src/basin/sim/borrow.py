@@ -57,7 +57,7 @@ from basin.sim.costs import PrefillCosts
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
 from basin.sim.invariants import InvariantViolation
-from basin.sim.sessions import Request
+from basin.sim.sessions import Queued, Request
 
 _INF = float("inf")
 
@@ -102,7 +102,7 @@ class PrefillBorrower:
         self.config = config
         self.loop = loop
         self.budget = config.step_token_budget or profile.chunk_tokens
-        self.candidates: list[tuple[float, int, Request]] = []
+        self.candidates: list[Queued] = []
         self.current: Request | None = None
         self.chunk = 0
         self.stats = BorrowStats()
@@ -139,7 +139,7 @@ class PrefillBorrower:
     def _peek(self) -> Request | None:
         heap = self.candidates
         while heap:
-            req = heap[0][2]
+            req = heap[0].req
             if self._valid(req):
                 return req
             heapq.heappop(heap)
@@ -150,7 +150,7 @@ class PrefillBorrower:
         if not self._valid(req):
             return
         assert req.prefill is not None
-        heapq.heappush(self.candidates, (req.prefill._sort_key(req), req.seq, req))
+        heapq.heappush(self.candidates, Queued(req.prefill._sort_key(req), req))
         if self.current is not None or self.chunk:
             return  # the lease in progress takes the next one when it ends
         dec = self.decode
@@ -176,7 +176,7 @@ class PrefillBorrower:
         dec = self.decode
         dec.step_extra_s = 0.0
         self.chunk = 0
-        if dec.batch and dec.finish_heap and dec.finish_heap[0][0] <= dec.step:
+        if dec.batch and dec.finish_heap and dec.finish_heap[0].step <= dec.step:
             return False  # a request completes at this very boundary
         step_s = self._decode_step_s()
         batch = len(dec.batch)

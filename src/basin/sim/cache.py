@@ -81,6 +81,24 @@ class _Node:
         return self.device_child_count > 0
 
 
+class _Candidate:
+    """An eviction heap's entry: a node as of its stamp. It compares as the
+    tuple ``(stamp, seq)`` would, by its own method (see
+    :class:`basin.sim.events._Event` for why not a tuple)."""
+
+    __slots__ = ("stamp", "seq", "node")
+
+    def __init__(self, stamp: float, seq: int, node: _Node) -> None:
+        self.stamp = stamp
+        self.seq = seq
+        self.node = node
+
+    def __lt__(self, other: _Candidate) -> bool:
+        if self.stamp != other.stamp:
+            return self.stamp < other.stamp
+        return self.seq < other.seq
+
+
 class MatchResult:
     """How much of a key the cache holds, by tier.
 
@@ -183,9 +201,9 @@ class RadixCache:
         self.lock_handles = 0
         self.stats = TierStats()
         self._seq = 0
-        self._dev_heap: list[tuple[float, int, _Node]] = []
-        self._host_heap: list[tuple[float, int, _Node]] = []
-        self._state_heap: list[tuple[float, int, _Node]] = []
+        self._dev_heap: list[_Candidate] = []
+        self._host_heap: list[_Candidate] = []
+        self._state_heap: list[_Candidate] = []
 
     # ------------------------------------------------------------------ info
     @property
@@ -520,7 +538,7 @@ class RadixCache:
             node.has_state = True
             self.states_used += 1
             self._seq += 1
-            heapq.heappush(self._state_heap, (now, self._seq, node))
+            heapq.heappush(self._state_heap, _Candidate(now, self._seq, node))
 
     # ------------------------------------------------------------- eviction
     def _push_candidate(self, node: _Node) -> None:
@@ -528,9 +546,9 @@ class RadixCache:
             return
         self._seq += 1
         if node.on_device and not node.device_child_count:
-            heapq.heappush(self._dev_heap, (node.last_access, self._seq, node))
+            heapq.heappush(self._dev_heap, _Candidate(node.last_access, self._seq, node))
         elif not node.on_device and not node.children:
-            heapq.heappush(self._host_heap, (node.last_access, self._seq, node))
+            heapq.heappush(self._host_heap, _Candidate(node.last_access, self._seq, node))
 
     def _evict_device(self, n_tokens: int) -> int:
         """Evict least-recently-used device leaves until ``n_tokens`` are free.
@@ -545,7 +563,8 @@ class RadixCache:
         root = self.root
         stats = self.stats
         while freed < n_tokens and heap:
-            stamp, _, node = heapq.heappop(heap)
+            top = heapq.heappop(heap)
+            stamp, node = top.stamp, top.node
             if (node.parent is None or not node.on_device or node.lock_ref
                     or stamp != node.last_access or node.device_child_count):
                 continue
@@ -564,7 +583,7 @@ class RadixCache:
                     parent.last_access = stamp
                 if (freed < n_tokens and parent is not root and not parent.lock_ref
                         and not parent.device_child_count and parent.last_access == stamp
-                        and (not heap or heap[0][0] > stamp)):
+                        and (not heap or heap[0].stamp > stamp)):
                     node = parent  # the heap would hand it over next
                     continue
                 self._push_candidate(parent)
@@ -578,7 +597,8 @@ class RadixCache:
         root = self.root
         stats = self.stats
         while freed < n_tokens and heap:
-            stamp, _, node = heapq.heappop(heap)
+            top = heapq.heappop(heap)
+            stamp, node = top.stamp, top.node
             if (node.parent is None or node.on_device or node.children or node.lock_ref
                     or stamp != node.last_access):
                 continue
@@ -591,7 +611,7 @@ class RadixCache:
                     parent.last_access = stamp
                 if (freed < n_tokens and parent is not root and not parent.on_device and not parent.children
                         and not parent.lock_ref and parent.last_access == stamp
-                        and (not heap or heap[0][0] > stamp)):
+                        and (not heap or heap[0].stamp > stamp)):
                     node = parent
                     continue
                 self._push_candidate(parent)
@@ -602,7 +622,7 @@ class RadixCache:
         freed = 0
         heap = self._state_heap
         while freed < n_slots and heap:
-            _, _, node = heapq.heappop(heap)
+            node = heapq.heappop(heap).node
             if not node.has_state or node.parent is None or node.lock_ref:
                 continue
             node.has_state = False

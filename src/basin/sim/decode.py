@@ -37,12 +37,35 @@ from basin.sim.costs import DecodeCosts
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.invariants import RequestNeverFits, require
 from basin.sim.lending import LentMemory
-from basin.sim.sessions import Request, queue_key
+from basin.sim.sessions import Queued, Request, queue_key
 
 if TYPE_CHECKING:
     from basin.sim.borrow import PrefillBorrower
 
 _INF = float("inf")
+
+
+class _Due:
+    """A batch heap's entry: the step at which a request's stay ``stay`` in
+    the batch finishes (or crosses its reserved output). It compares as the
+    tuple ``(step, seq, stay)`` would, by its own method (see
+    :class:`basin.sim.events._Event` for why not a tuple); a request retracted
+    and rejoined can hold two entries for one step, one per stay."""
+
+    __slots__ = ("step", "seq", "stay", "req")
+
+    def __init__(self, step: int, stay: int, req: Request) -> None:
+        self.step = step
+        self.seq = req.seq
+        self.stay = stay
+        self.req = req
+
+    def __lt__(self, other: _Due) -> bool:
+        if self.step != other.step:
+            return self.step < other.step
+        if self.seq != other.seq:
+            return self.seq < other.seq
+        return self.stay < other.stay
 
 
 class DecodeInstance:
@@ -60,7 +83,7 @@ class DecodeInstance:
         self.reserve_out = profile.reserve_output_tokens
         self.used = 0
         self.reserved_idle = 0
-        self.wait: list[tuple[float, int, Request]] = []
+        self.wait: list[Queued] = []
         self.ordered = False
         # the running batch
         self.batch: set[Request] = set()
@@ -70,8 +93,8 @@ class DecodeInstance:
         self.cum_viol = 0
         #: (step, seq, stay, request): a request's finish step and the step it
         #: outgrows its reservation, for the stay given (see STAY above).
-        self.finish_heap: list[tuple[int, int, int, Request]] = []
-        self.cross_heap: list[tuple[int, int, int, Request]] = []
+        self.finish_heap: list[_Due] = []
+        self.cross_heap: list[_Due] = []
         self.n_growing = 0
         self.pending: list[Request] = []
         self.gen = 0
@@ -91,14 +114,14 @@ class DecodeInstance:
 
     def request_memory(self, req: Request) -> None:
         req.decode = self
-        heapq.heappush(self.wait, (self._sort_key(req), req.seq, req))
+        heapq.heappush(self.wait, Queued(self._sort_key(req), req))
         self.admit_waiting()
 
     def set_ordered(self, ordered: bool) -> None:
         if ordered == self.ordered:
             return
         self.ordered = ordered
-        self.wait = [(self._sort_key(r), r.seq, r) for _, _, r in self.wait]
+        self.wait = [Queued(self._sort_key(e.req), e.req) for e in self.wait]
         heapq.heapify(self.wait)
 
     @property
@@ -111,7 +134,7 @@ class DecodeInstance:
 
     def free_beyond_demand(self) -> int:
         """Free memory after what the wait queue asks for (lending headroom)."""
-        waiting = sum(r.prompt + r.generated + self.reserve_out for _, _, r in self.wait if not r.cancelled)
+        waiting = sum(e.req.prompt + e.req.generated + self.reserve_out for e in self.wait if not e.req.cancelled)
         return self.free_tokens - waiting
 
     def _reclaim(self, tokens: int) -> None:
@@ -122,7 +145,7 @@ class DecodeInstance:
         """Reserve memory for the wait queue's head while it fits (in order)."""
         wait = self.wait
         while wait:
-            req = wait[0][2]
+            req = wait[0].req
             if req.cancelled:
                 heapq.heappop(wait)
                 continue
@@ -197,17 +220,17 @@ class DecodeInstance:
         self.ctx_sum += req.prompt + 1 + req.generated
         left = req.decode_steps - req.generated
         stay = req.retractions
-        heapq.heappush(self.finish_heap, (self.step + left, req.seq, stay, req))
+        heapq.heappush(self.finish_heap, _Due(self.step + left, stay, req))
         if left > self.reserve_out:
-            heapq.heappush(self.cross_heap, (self.step + self.reserve_out, req.seq, stay, req))
+            heapq.heappush(self.cross_heap, _Due(self.step + self.reserve_out, stay, req))
 
     def _live(self, req: Request, stay: int) -> bool:
         """Whether a heap entry made for ``stay`` still belongs to ``req``'s
         current stay in the batch (STAY)."""
         return req.retractions == stay and req in self.batch
 
-    def _drop_stale(self, heap: list[tuple[int, int, int, Request]]) -> None:
-        while heap and not self._live(heap[0][3], heap[0][2]):
+    def _drop_stale(self, heap: list[_Due]) -> None:
+        while heap and not self._live(heap[0].req, heap[0].stay):
             heapq.heappop(heap)
 
     def _set_wake(self, steps: int) -> None:
@@ -228,9 +251,9 @@ class DecodeInstance:
             self.wake_steps = 0
             self.wake_t = _INF
             return
-        target = self.finish_heap[0][0] - self.step
+        target = self.finish_heap[0].step - self.step
         if self.cross_heap:
-            target = min(target, self.cross_heap[0][0] - self.step)
+            target = min(target, self.cross_heap[0].step - self.step)
         if self.n_growing:
             target = min(target, max(1, self.free_tokens // self.n_growing))
         if self.pending:
@@ -254,15 +277,17 @@ class DecodeInstance:
         self.epoch_t = now
         finished: list[Request] = []
         heap = self.finish_heap
-        while heap and heap[0][0] <= self.step:
-            _, _, stay, req = heapq.heappop(heap)
-            if self._live(req, stay):
+        while heap and heap[0].step <= self.step:
+            due = heapq.heappop(heap)
+            req = due.req
+            if self._live(req, due.stay):
                 finished.append(req)
                 self._remove(req)
         cross = self.cross_heap
-        while cross and cross[0][0] <= self.step:
-            _, _, stay, req = heapq.heappop(cross)
-            if self._live(req, stay) and not req.growing:
+        while cross and cross[0].step <= self.step:
+            due = heapq.heappop(cross)
+            req = due.req
+            if self._live(req, due.stay) and not req.growing:
                 req.growing = True
                 self.n_growing += 1
         if self.n_growing and self.free_tokens < self.n_growing:
@@ -314,7 +339,7 @@ class DecodeInstance:
         self._remove(victim)
         victim.generated += ran
         victim.retractions += 1
-        heapq.heappush(self.wait, (self._sort_key(victim), victim.seq, victim))
+        heapq.heappush(self.wait, Queued(self._sort_key(victim), victim))
 
     # ---------------------------------------------------------------- checks
     def check(self, reserved_idle: int | None = None) -> None:
@@ -341,10 +366,11 @@ class DecodeInstance:
         require(ctx == self.ctx_sum, "BATCH", f"context sum {self.ctx_sum} != {ctx}")
         require(growing == self.n_growing, "BATCH", f"{self.n_growing} growing counted, {growing} flagged")
         ends: dict[Request, int] = {}
-        for end, _, stay, req in self.finish_heap:
-            if self._live(req, stay):
+        for due in self.finish_heap:
+            req = due.req
+            if self._live(req, due.stay):
                 require(req not in ends, "STAY", f"session {req.session.uid}: two live finish entries")
-                ends[req] = end
+                ends[req] = due.step
         for req in self.batch:
             end = req.join_step + req.decode_steps - req.generated
             require(ends.get(req) == end and end >= self.step, "STAY",
@@ -360,3 +386,8 @@ class DecodeInstance:
     @property
     def waiting(self) -> int:
         return len(self.wait)
+
+    def live_waiting(self) -> int:
+        """Requests waiting for memory that are still wanted (a cancelled one
+        leaves the queue only when it reaches the head)."""
+        return sum(1 for e in self.wait if not e.req.cancelled)

@@ -27,7 +27,7 @@ from basin.sim.cache import MatchResult, RadixCache
 from basin.sim.costs import PrefillCosts
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.invariants import InvariantViolation, RequestNeverFits
-from basin.sim.sessions import Request, queue_key
+from basin.sim.sessions import Queued, Request, queue_key
 
 
 class LowerTier(Protocol):
@@ -51,7 +51,7 @@ class PrefillInstance:
         self.cache = cache
         self.loop = loop
         self.on_done = on_done
-        self.queue: list[tuple[float, int, Request]] = []
+        self.queue: list[Queued] = []
         self.running: list[Request] = []
         self.busy = False
         self.ordered = False
@@ -77,7 +77,7 @@ class PrefillInstance:
             m = self.cache.match(req.key, self.loop.now, req.session.cursor, req.prompt)
             self.cache.lock(m)
             req.match = m
-        heapq.heappush(self.queue, (self._sort_key(req), req.seq, req))
+        heapq.heappush(self.queue, Queued(self._sort_key(req), req))
         self.queued_tokens += req.prompt
         if not self.busy:
             self._start_step()
@@ -89,12 +89,12 @@ class PrefillInstance:
         if ordered == self.ordered:
             return
         self.ordered = ordered
-        self.queue = [(self._sort_key(r), r.seq, r) for _, _, r in self.queue]
+        self.queue = [Queued(self._sort_key(e.req), e.req) for e in self.queue]
         heapq.heapify(self.queue)
 
     def remove(self, req: Request) -> bool:
         """Drop a queued request (its session was terminated or shed)."""
-        for i, (_, _, r) in enumerate(self.queue):
+        for i, r in enumerate(e.req for e in self.queue):
             if r is req:
                 self.queue[i] = self.queue[-1]
                 self.queue.pop()
@@ -192,7 +192,7 @@ class PrefillInstance:
             plan.append((req, take))
             budget -= take
         while budget > 0 and self.queue:
-            req = self.queue[0][2]
+            req = self.queue[0].req
             if not self._begin(req, now):
                 break
             heapq.heappop(self.queue)
@@ -238,8 +238,8 @@ class PrefillInstance:
         by the other queued requests give way (they re-match when they start).
         Without this, queued locks could hold the whole pool and stall."""
         released = False
-        head = self.queue[0][2]
-        for _, _, req in self.queue:
+        head = self.queue[0].req
+        for req in (e.req for e in self.queue):
             if req is not head and req.match is not None:
                 self.cache.unlock(req.match)
                 req.match = None
@@ -251,7 +251,7 @@ class PrefillInstance:
         left to give way): refuse the head if it could never start, that is if
         the prefix its own lock keeps plus its allocation exceed the pool.
         Otherwise it waits for what others hold (pins, borrowed prefills)."""
-        req = self.queue[0][2]
+        req = self.queue[0].req
         m = req.match
         if m is None:
             return

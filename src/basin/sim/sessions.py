@@ -165,6 +165,25 @@ def queue_key(req: Request, ordered: bool) -> float:
     return float(req.seq)
 
 
+class Queued:
+    """A request's entry in an engine queue's heap (prefill, decode
+    reservation, borrowing candidates). It compares as the tuple
+    ``(key, seq)`` would, by its own method (see
+    :class:`basin.sim.events._Event` for why not a tuple)."""
+
+    __slots__ = ("key", "seq", "req")
+
+    def __init__(self, key: float, req: Request) -> None:
+        self.key = key
+        self.seq = req.seq
+        self.req = req
+
+    def __lt__(self, other: Queued) -> bool:
+        if self.key != other.key:
+            return self.key < other.key
+        return self.seq < other.seq
+
+
 def _truncate(pieces: list[Piece], n_tokens: int) -> list[Piece]:
     out: list[Piece] = []
     left = n_tokens
