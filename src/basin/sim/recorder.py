@@ -123,10 +123,9 @@ class Recorder:
         for name, values in zip(CALL_COLUMNS, cols):
             if name == "tag":
                 table[name] = np.array(values, dtype=object)
-            elif name.endswith("_s"):
-                table[name] = np.array(values, dtype=float)
-            else:
-                table[name] = np.array(values, dtype=np.int64)
+            else:  # fromiter: no search of each value's shape, as np.array makes
+                kind = np.float64 if name.endswith("_s") else np.int64
+                table[name] = np.fromiter(values, dtype=kind, count=len(values))
         return table
 
     def timeseries_table(self) -> dict[str, np.ndarray]:

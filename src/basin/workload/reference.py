@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from operator import attrgetter
 from collections.abc import Sequence
 
 import numpy as np
@@ -33,10 +34,12 @@ def unloaded_references_s(sessions: Sequence[Sequence[Call]], hardware: Hardware
     flat = [c for calls in sessions for c in calls]
     if not flat:
         return [0.0] * len(sessions)
-    prompt = np.array([c.prompt_tokens for c in flat], dtype=np.int64)
-    new = np.array([c.new_tokens for c in flat], dtype=np.int64)
-    output = np.array([c.output_tokens for c in flat], dtype=np.int64)
-    gap = np.array([c.tool_gap_s for c in flat], dtype=np.float64)
+    # Each column read by a C loop (a list of each field first took twice as long).
+    n = len(flat)
+    prompt = np.fromiter(map(attrgetter("prompt_tokens"), flat), dtype=np.int64, count=n)
+    new = np.fromiter(map(attrgetter("new_tokens"), flat), dtype=np.int64, count=n)
+    output = np.fromiter(map(attrgetter("output_tokens"), flat), dtype=np.int64, count=n)
+    gap = np.fromiter(map(attrgetter("tool_gap_s"), flat), dtype=np.float64, count=n)
     pre, dec = hardware.prefill, hardware.decode
     terms = np.empty((len(flat), 3))
     terms[:, 0] = pre.step_overhead_s + pre.tokens_cost_s(new, prompt - new) + hardware.transfer_s
