@@ -46,10 +46,10 @@ nothing is borrowed).
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 from typing import Any
 
 from basin.catalog import PrefillProfile
@@ -142,7 +142,7 @@ class PrefillBorrower:
             req = heap[0].req
             if self._valid(req):
                 return req
-            heapq.heappop(heap)
+            heappop(heap)
         return None
 
     def queued(self, req: Request) -> None:
@@ -150,7 +150,7 @@ class PrefillBorrower:
         if not self._valid(req):
             return
         assert req.prefill is not None
-        heapq.heappush(self.candidates, Queued(req.prefill._sort_key(req), req))
+        heappush(self.candidates, Queued(req.prefill._sort_key(req), req))
         if self.current is not None or self.chunk:
             return  # the lease in progress takes the next one when it ends
         dec = self.decode
@@ -207,7 +207,7 @@ class PrefillBorrower:
         return True
 
     def _start(self, req: Request) -> bool:
-        heapq.heappop(self.candidates)
+        heappop(self.candidates)
         pre = req.prefill
         assert pre is not None
         match = req.match

@@ -46,9 +46,9 @@ never be evicted again.)
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
+from heapq import heappop, heappush
 
 from basin.sim.invariants import InvariantViolation, require
 
@@ -538,7 +538,7 @@ class RadixCache:
             node.has_state = True
             self.states_used += 1
             self._seq += 1
-            heapq.heappush(self._state_heap, _Candidate(now, self._seq, node))
+            heappush(self._state_heap, _Candidate(now, self._seq, node))
 
     # ------------------------------------------------------------- eviction
     def _push_candidate(self, node: _Node) -> None:
@@ -546,9 +546,9 @@ class RadixCache:
             return
         self._seq += 1
         if node.on_device and not node.device_child_count:
-            heapq.heappush(self._dev_heap, _Candidate(node.last_access, self._seq, node))
+            heappush(self._dev_heap, _Candidate(node.last_access, self._seq, node))
         elif not node.on_device and not node.children:
-            heapq.heappush(self._host_heap, _Candidate(node.last_access, self._seq, node))
+            heappush(self._host_heap, _Candidate(node.last_access, self._seq, node))
 
     def _evict_device(self, n_tokens: int) -> int:
         """Evict least-recently-used device leaves until ``n_tokens`` are free.
@@ -563,7 +563,7 @@ class RadixCache:
         root = self.root
         stats = self.stats
         while freed < n_tokens and heap:
-            top = heapq.heappop(heap)
+            top = heappop(heap)
             stamp, node = top.stamp, top.node
             if (node.parent is None or not node.on_device or node.lock_ref
                     or stamp != node.last_access or node.device_child_count):
@@ -597,7 +597,7 @@ class RadixCache:
         root = self.root
         stats = self.stats
         while freed < n_tokens and heap:
-            top = heapq.heappop(heap)
+            top = heappop(heap)
             stamp, node = top.stamp, top.node
             if (node.parent is None or node.on_device or node.children or node.lock_ref
                     or stamp != node.last_access):
@@ -622,7 +622,7 @@ class RadixCache:
         freed = 0
         heap = self._state_heap
         while freed < n_slots and heap:
-            node = heapq.heappop(heap).node
+            node = heappop(heap).node
             if not node.has_state or node.parent is None or node.lock_ref:
                 continue
             node.has_state = False

@@ -27,9 +27,9 @@ entries are dropped when they reach the top of their heap.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable
+from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
 from basin.catalog import DecodeProfile
@@ -114,7 +114,7 @@ class DecodeInstance:
 
     def request_memory(self, req: Request) -> None:
         req.decode = self
-        heapq.heappush(self.wait, Queued(self._sort_key(req), req))
+        heappush(self.wait, Queued(self._sort_key(req), req))
         self.admit_waiting()
 
     def set_ordered(self, ordered: bool) -> None:
@@ -122,7 +122,7 @@ class DecodeInstance:
             return
         self.ordered = ordered
         self.wait = [Queued(self._sort_key(e.req), e.req) for e in self.wait]
-        heapq.heapify(self.wait)
+        heapify(self.wait)
 
     @property
     def lent(self) -> int:
@@ -147,7 +147,7 @@ class DecodeInstance:
         while wait:
             req = wait[0].req
             if req.cancelled:
-                heapq.heappop(wait)
+                heappop(wait)
                 continue
             need = req.prompt + req.generated + self.reserve_out
             if need > self.free_tokens:
@@ -160,7 +160,7 @@ class DecodeInstance:
                             f"needs {need} KV tokens ({req.prompt} prompt + {req.generated} generated "
                             f"+ {self.reserve_out} reserved), more than the instance's {self.capacity}")
                     break
-            heapq.heappop(wait)
+            heappop(wait)
             self.used += need
             req.reserved = need
             self.reserved_idle += need
@@ -220,9 +220,9 @@ class DecodeInstance:
         self.ctx_sum += req.prompt + 1 + req.generated
         left = req.decode_steps - req.generated
         stay = req.retractions
-        heapq.heappush(self.finish_heap, _Due(self.step + left, stay, req))
+        heappush(self.finish_heap, _Due(self.step + left, stay, req))
         if left > self.reserve_out:
-            heapq.heappush(self.cross_heap, _Due(self.step + self.reserve_out, stay, req))
+            heappush(self.cross_heap, _Due(self.step + self.reserve_out, stay, req))
 
     def _live(self, req: Request, stay: int) -> bool:
         """Whether a heap entry made for ``stay`` still belongs to ``req``'s
@@ -231,7 +231,7 @@ class DecodeInstance:
 
     def _drop_stale(self, heap: list[_Due]) -> None:
         while heap and not self._live(heap[0].req, heap[0].stay):
-            heapq.heappop(heap)
+            heappop(heap)
 
     def _set_wake(self, steps: int) -> None:
         a, k = self._coeffs()
@@ -278,14 +278,14 @@ class DecodeInstance:
         finished: list[Request] = []
         heap = self.finish_heap
         while heap and heap[0].step <= self.step:
-            due = heapq.heappop(heap)
+            due = heappop(heap)
             req = due.req
             if self._live(req, due.stay):
                 finished.append(req)
                 self._remove(req)
         cross = self.cross_heap
         while cross and cross[0].step <= self.step:
-            due = heapq.heappop(cross)
+            due = heappop(cross)
             req = due.req
             if self._live(req, due.stay) and not req.growing:
                 req.growing = True
@@ -339,7 +339,7 @@ class DecodeInstance:
         self._remove(victim)
         victim.generated += ran
         victim.retractions += 1
-        heapq.heappush(self.wait, Queued(self._sort_key(victim), victim))
+        heappush(self.wait, Queued(self._sort_key(victim), victim))
 
     # ---------------------------------------------------------------- checks
     def check(self, reserved_idle: int | None = None) -> None:

@@ -8,8 +8,8 @@ stale events are skipped where they are handled.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
+from heapq import heappop, heappush
 from typing import Any
 
 #: Same-time priority classes (lower runs first).
@@ -54,7 +54,7 @@ class EventLoop:
 
     def at(self, time_s: float, klass: int, handler: Callable[[Any], None], arg: Any = None) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, _Event(time_s, klass, self._seq, handler, arg))
+        heappush(self._heap, _Event(time_s, klass, self._seq, handler, arg))
 
     @property
     def next_event_s(self) -> float | None:
@@ -64,7 +64,7 @@ class EventLoop:
 
     def run(self, until_s: float, progress: Callable[[float], None] | None = None) -> None:
         heap = self._heap
-        pop = heapq.heappop
+        pop = heappop
         next_report = 0.0
         while heap and heap[0].time_s <= until_s:
             event = pop(heap)

@@ -18,8 +18,8 @@ layers).
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
+from heapq import heapify, heappop, heappush
 from typing import Protocol
 
 from basin.catalog import PrefillProfile
@@ -77,7 +77,7 @@ class PrefillInstance:
             m = self.cache.match(req.key, self.loop.now, req.session.cursor, req.prompt)
             self.cache.lock(m)
             req.match = m
-        heapq.heappush(self.queue, Queued(self._sort_key(req), req))
+        heappush(self.queue, Queued(self._sort_key(req), req))
         self.queued_tokens += req.prompt
         if not self.busy:
             self._start_step()
@@ -90,7 +90,7 @@ class PrefillInstance:
             return
         self.ordered = ordered
         self.queue = [Queued(self._sort_key(e.req), e.req) for e in self.queue]
-        heapq.heapify(self.queue)
+        heapify(self.queue)
 
     def remove(self, req: Request) -> bool:
         """Drop a queued request (its session was terminated or shed)."""
@@ -98,7 +98,7 @@ class PrefillInstance:
             if r is req:
                 self.queue[i] = self.queue[-1]
                 self.queue.pop()
-                heapq.heapify(self.queue)
+                heapify(self.queue)
                 self.queued_tokens -= req.prompt
                 if req.match is not None:
                     self.cache.unlock(req.match)
@@ -195,7 +195,7 @@ class PrefillInstance:
             req = self.queue[0].req
             if not self._begin(req, now):
                 break
-            heapq.heappop(self.queue)
+            heappop(self.queue)
             self.queued_tokens -= req.prompt
             self.running.append(req)
             take = min(req.remaining, budget)
