@@ -26,11 +26,11 @@ $(BROWSER_STAMP): $(STAMP) scripts/setup_browser.sh
 	scripts/setup_browser.sh
 	touch $(BROWSER_STAMP)
 
-# The simulator's hot modules compiled with mypyc (about a minute; identical
-# results, about twice as fast). Without a compiler the pure-Python modules run;
-# basin.sim ignores a build older than its sources.
+# The simulator's hot modules and the policy driver compiled with mypyc (about
+# a minute; identical results, about twice as fast). Without a compiler the
+# pure-Python modules run; basin ignores a build older than its sources.
 ACCEL_STAMP := src/.accel-stamp
-$(ACCEL_STAMP): $(STAMP) setup.py $(wildcard src/basin/sim/*.py)
+$(ACCEL_STAMP): $(STAMP) setup.py src/basin/accel.py $(wildcard src/basin/sim/*.py) src/basin/policy/driver.py
 	@BASIN_COMPILE=1 $(VENV)/bin/python setup.py --quiet build_ext --inplace >$(VENV)/accel.log 2>&1 \
 		&& echo "make accel: compiled the simulator" \
 		|| echo "make accel: could not compile the simulator (see $(VENV)/accel.log); the pure-Python one runs"

@@ -40,22 +40,22 @@ class BuildPyWithShippedFiles(build_py):
 
 
 def compiled_simulator() -> list:
-    """The simulator's hot modules compiled with mypyc, when ``BASIN_COMPILE=1``
-    (``make accel``). The default build is pure Python, so a wheel installs
-    where no compiler is; the compiled modules give identical results. The
-    sources' digest is stored beside them, so that a later edit makes
-    ``basin.sim`` ignore the stale build."""
+    """The hot modules (``basin.accel.COMPILED_MODULES``) compiled with mypyc,
+    when ``BASIN_COMPILE=1`` (``make accel``). The default build is pure
+    Python, so a wheel installs where no compiler is; the compiled modules
+    give identical results. The sources' digest is stored beside them, so
+    that a later edit makes ``basin`` ignore the stale build."""
     if os.environ.get("BASIN_COMPILE", "") in ("", "0"):
         return []
     from mypyc.build import mypycify
 
-    sim_dir = ROOT / "src" / "basin" / "sim"
-    spec = importlib.util.spec_from_file_location("_basin_sim_build", sim_dir / "__init__.py")
+    package_dir = ROOT / "src" / "basin"
+    spec = importlib.util.spec_from_file_location("_basin_accel_build", package_dir / "accel.py")
     assert spec is not None and spec.loader is not None
-    sim = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sim)
-    (sim_dir / "compiled.sha256").write_text(sim.source_digest(sim_dir) + "\n", encoding="utf-8")
-    return mypycify([str(sim_dir / f"{name}.py") for name in sim.COMPILED_MODULES], opt_level="3")
+    accel = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(accel)
+    (package_dir / "compiled.sha256").write_text(accel.source_digest(package_dir) + "\n", encoding="utf-8")
+    return mypycify([str(accel.source_path(name, package_dir)) for name in accel.COMPILED_MODULES], opt_level="3")
 
 
 setup(cmdclass={"build_py": BuildPyWithShippedFiles}, ext_modules=compiled_simulator())

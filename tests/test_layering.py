@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "basin"
 
 #: Modules at the base of the package, free for every part to import but the
 #: policy core, which may import only ``errors`` of them.
-BASE = {"errors", "paths", "jsonvalues", "yamlfile", "plotting", "diskcache", "hostport"}
+BASE = {"errors", "paths", "jsonvalues", "yamlfile", "plotting", "diskcache", "hostport", "accel"}
 
 #: Part of the package -> the parts it may import (besides itself and BASE).
 ALLOWED: dict[str, set[str]] = {

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import functools
 import operator
-from operator import attrgetter
 from collections.abc import Sequence
+from operator import attrgetter
 
 import numpy as np
 
