@@ -41,48 +41,40 @@ def _pops(items: list, make) -> list[int]:
     return out
 
 
+def _entry_pops(entries: list, label) -> list:
+    """The same pushes and pops as :func:`_pops` on heap entries; ``label``
+    of each popped entry."""
+    heap: list = []
+    out = []
+    for i, entry in enumerate(entries):
+        heapq.heappush(heap, entry)
+        if i % 3 == 2:
+            out.append(label(heapq.heappop(heap)))
+    while heap:
+        out.append(label(heapq.heappop(heap)))
+    return out
+
+
 @given(st.lists(st.tuples(TIMES, SMALL), max_size=60))
 def test_events_pop_in_time_class_sequence_order(items: list[tuple[float, int]]) -> None:
     want = _pops(items, lambda item, i: (item[0], item[1], i))
-    got = []
-    heap: list[_Event] = []
-    for i, item in enumerate(items):
-        heapq.heappush(heap, _Event(item[0], item[1], i, print, None))
-        if i % 3 == 2:
-            got.append(heapq.heappop(heap).seq)
-    while heap:
-        got.append(heapq.heappop(heap).seq)
-    assert got == want
+    events = [_Event(time_s, klass, i, print, None) for i, (time_s, klass) in enumerate(items)]
+    assert _entry_pops(events, lambda e: e.seq) == want
 
 
 @given(st.lists(TIMES, max_size=60))
 def test_eviction_candidates_pop_in_stamp_sequence_order(stamps: list[float]) -> None:
     node = RadixCache(1024).root
     want = _pops(stamps, lambda stamp, i: (stamp, i))
-    got = []
-    heap: list[_Candidate] = []
-    for i, stamp in enumerate(stamps):
-        heapq.heappush(heap, _Candidate(stamp, i, node))
-        if i % 3 == 2:
-            got.append(heapq.heappop(heap).seq)
-    while heap:
-        got.append(heapq.heappop(heap).seq)
-    assert got == want
+    candidates = [_Candidate(stamp, i, node) for i, stamp in enumerate(stamps)]
+    assert _entry_pops(candidates, lambda c: c.seq) == want
 
 
 @given(st.lists(TIMES, max_size=40))
 def test_queue_entries_pop_in_key_sequence_order(keys: list[float]) -> None:
-    reqs = [request(i, 64, seq=i) for i in range(len(keys))]
     want = _pops(keys, lambda key, i: (key, i))
-    got = []
-    heap: list[Queued] = []
-    for i, key in enumerate(keys):
-        heapq.heappush(heap, Queued(key, reqs[i]))
-        if i % 3 == 2:
-            got.append(heapq.heappop(heap).seq)
-    while heap:
-        got.append(heapq.heappop(heap).seq)
-    assert got == want
+    entries = [Queued(key, request(i, 64, seq=i)) for i, key in enumerate(keys)]
+    assert _entry_pops(entries, lambda e: e.seq) == want
 
 
 @given(st.lists(st.tuples(SMALL, SMALL, SMALL), max_size=40))
@@ -90,15 +82,6 @@ def test_batch_entries_pop_in_step_sequence_stay_order(items: list[tuple[int, in
     # (step, request, stay): one request may hold entries of several stays,
     # even for one step, as a retracted and rejoined request does.
     reqs = [request(i, 64, seq=i) for i in range(4)]
-    want = [items[i] for i in _pops(items, lambda item, i: (item[0], item[1], item[2]))]
-    got = []
-    heap: list[_Due] = []
-    for i, (step, r, stay) in enumerate(items):
-        heapq.heappush(heap, _Due(step, stay, reqs[r]))
-        if i % 3 == 2:
-            d = heapq.heappop(heap)
-            got.append((d.step, d.seq, d.stay))
-    while heap:
-        d = heapq.heappop(heap)
-        got.append((d.step, d.seq, d.stay))
-    assert got == want
+    want = [items[i] for i in _pops(items, lambda item, i: item)]
+    entries = [_Due(step, stay, reqs[r]) for step, r, stay in items]
+    assert _entry_pops(entries, lambda d: (d.step, d.seq, d.stay)) == want
