@@ -80,16 +80,9 @@ def _use_sources() -> bool:
     return not current
 
 
-_installed = False
-
-
 def install() -> None:
     """Make this process import the sources where the build must not be used
-    (once; before any compiled module is imported)."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
+    (``basin/__init__`` calls it, once, before any compiled module is imported)."""
     if _use_sources():
         sys.meta_path.insert(0, _SourceOnly())
 

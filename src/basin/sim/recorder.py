@@ -25,8 +25,8 @@ CALL_COLUMNS = (
 def median(values: list[float]) -> float:
     """``numpy.median`` of a minute's values, NaN when there are none (a sort
     of a few hundred numbers; numpy's call overhead was most of a minute's
-    close). NaN anywhere gives NaN, as in numpy; the two middle values of an
-    even count are averaged as numpy averages them."""
+    close). NaN anywhere gives NaN, as in numpy, and the middle values are
+    summed from 0.0 as numpy's mean sums them (so -0.0 comes out as 0.0)."""
     n = len(values)
     if n == 0 or any(v != v for v in values):
         return float("nan")

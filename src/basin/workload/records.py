@@ -207,7 +207,7 @@ class Session:
     @property
     def peak_context_tokens(self) -> int:
         """Largest context the session reaches (prompt plus output of a call)."""
-        return max(c.prompt_tokens + c.output_tokens for c in self.calls)  # each call's context_tokens
+        return max(c.context_tokens for c in self.calls)
 
 
 #: Session's fields apart from its calls, in the order a pickle carries them.
