@@ -236,8 +236,8 @@ class RadixCache:
         state_node, state_matched, state_piece = node, 0, 0
         last_piece = 0
         start = self._resume(cursor)
-        if start is not None:
-            node, first, matched = start, cursor.piece, cursor.tokens  # type: ignore[union-attr]
+        if start is not None and cursor is not None:  # (a resumed walk has its cursor)
+            node, first, matched = start, cursor.piece, cursor.tokens
             offset = node.start + node.length
             last_piece = first
             if node.on_device:
@@ -325,8 +325,8 @@ class RadixCache:
         first = 0
         offset = 0
         start = self._resume(cursor)
-        if start is not None:
-            node, first, matched = start, cursor.piece, cursor.tokens  # type: ignore[union-attr]
+        if start is not None and cursor is not None:
+            node, first, matched = start, cursor.piece, cursor.tokens
             offset = node.start + node.length
         for i in range(first, len(key) if pieces < 0 else min(pieces, len(key))):
             chunk, n = key[i]
@@ -426,7 +426,9 @@ class RadixCache:
         loaded = 0
         for node in chain:
             node.on_device = True
-            node.parent.device_child_count += 1  # type: ignore[union-attr]
+            parent = node.parent
+            assert parent is not None  # TREE: a chain node is below the device frontier
+            parent.device_child_count += 1
             loaded += node.length
         self.device_used += loaded
         self.stats.loaded_tokens += loaded

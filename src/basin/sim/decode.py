@@ -81,6 +81,9 @@ class DecodeInstance:
         self.on_finished = on_finished
         self.capacity = profile.kv_tokens
         self.reserve_out = profile.reserve_output_tokens
+        self.max_running: int = profile.max_running_requests
+        #: The wake handler, bound once (binding it per epoch is a generic lookup).
+        self._on_wake_handler: Callable[[int], None] = self._on_wake
         self.used = 0
         self.reserved_idle = 0
         self.wait: list[Queued] = []
@@ -238,7 +241,7 @@ class DecodeInstance:
         self.gen += 1
         self.wake_steps = steps
         self.wake_t = self.epoch_t + self._span(a, k, steps)
-        self.loop.at(self.wake_t, ENGINE, self._on_wake, self.gen)
+        self.loop.at(self.wake_t, ENGINE, self._on_wake_handler, self.gen)
 
     def _schedule(self) -> None:
         # Stale heads would wake the batch (or stop a borrowed chunk) early.
@@ -294,7 +297,7 @@ class DecodeInstance:
             self._reclaim(self.n_growing - self.free_tokens)
         while self.n_growing and self.free_tokens < self.n_growing:
             self._retract_youngest()
-        cap = self.profile.max_running_requests
+        cap = self.max_running
         while self.pending and len(self.batch) < cap:
             self._add(self.pending.pop(0))
         for req in finished:

@@ -153,6 +153,13 @@ class Simulator:
         self.active_by_tag: Counter[str] = Counter()
         self._req_seq = 0
         self._reference_cache: dict[int, float] = {}
+        # Read on every call: the (interpreted) profile's and deployment's
+        # fields held as the simulator's own, and the handlers bound once.
+        self._transfer_s: float = hw.transfer_s
+        self._router: str = dep.router
+        self._transferred_handler: Callable[[Request], None] = self._transferred
+        self._issue_handler: Callable[[SessionState], None] = self._issue
+        self._prefill_holds_handler: Callable[[int, int], bool] = self._prefill_holds
 
     @property
     def policy(self) -> Policy:
@@ -222,7 +229,7 @@ class Simulator:
         rng = np.random.default_rng(np.random.SeedSequence([self.config.seed, 7]))
         starts = []
         for s in warm:
-            gap = s.record.calls[s.next_call - 1].tool_gap_s if s.next_call > 0 else 0.0
+            gap = s.calls[s.next_call - 1].tool_gap_s if s.next_call > 0 else 0.0
             residual = float(rng.uniform(0.0, gap)) if gap > 0 else 0.0
             starts.append((residual - gap, residual, s))
         for last_touch, _, s in sorted(starts, key=lambda x: (x[0], x[2].uid)):
@@ -249,7 +256,7 @@ class Simulator:
     def _info(self, s: SessionState) -> SessionInfo:
         rec = s.record
         return SessionInfo(s.uid, rec.session_id, s.tag, s.arrival_s,
-                           rec.calls[s.next_call].prompt_tokens, rec.task_text, rec.peak_context_tokens)
+                           s.calls[s.next_call].prompt_tokens, rec.task_text, rec.peak_context_tokens)
 
     def _arrive(self, arr: SessionArrival) -> None:
         s = self._new_session(arr)
@@ -305,7 +312,7 @@ class Simulator:
         req.prio = self.driver.call_issued(s.uid, req.prompt, now)
         s.inflight = req
         s.context_tokens = req.prompt
-        prefill = choose_prefill(self.config.deployment.router, self.prefills, req)
+        prefill = choose_prefill(self._router, self.prefills, req)
         s.last_prefill = prefill.index
         s.placed_on |= 1 << prefill.index
         req.prefill = prefill
@@ -325,7 +332,7 @@ class Simulator:
         if not math.isnan(req.prefill_end_s):
             # Prefill already done (reservation at completion, or a retracted
             # request resuming): transfer its KV now.
-            self.loop.at(self.loop.now + self.config.hardware.transfer_s, ENGINE, self._transferred, req)
+            self.loop.at(self.loop.now + self._transfer_s, ENGINE, self._transferred_handler, req)
         else:
             assert req.prefill is not None
             req.prefill.enqueue(req)
@@ -340,7 +347,7 @@ class Simulator:
             # (the mode may have changed since, with the policy).
             req.decode.request_memory(req)
         else:
-            self.loop.at(self.loop.now + self.config.hardware.transfer_s, ENGINE, self._transferred, req)
+            self.loop.at(self.loop.now + self._transfer_s, ENGINE, self._transferred_handler, req)
 
     def _transferred(self, req: Request) -> None:
         now = self.loop.now
@@ -369,8 +376,8 @@ class Simulator:
             return
         if pin_s > 0:
             self._pin(s, req, pin_s)
-        gap = s.record.calls[req.call_index].tool_gap_s
-        self.loop.at(now + gap, CLIENT, self._issue, s)
+        gap = s.calls[req.call_index].tool_gap_s
+        self.loop.at(now + gap, CLIENT, self._issue_handler, s)
 
     def _end_session(self, s: SessionState, completed: bool) -> None:
         now = self.loop.now
@@ -395,7 +402,7 @@ class Simulator:
             tier.record(s.uid, d.index)
         else:
             tier.forget(s.uid)
-        d.lending.maintain(d.free_beyond_demand(), self._prefill_holds)
+        d.lending.maintain(d.free_beyond_demand(), self._prefill_holds_handler)
 
     def _prefill_holds(self, uid: int, tokens: int) -> bool:
         s = self.sessions[uid]

@@ -48,6 +48,14 @@ class PrefillInstance:
         self.index = index
         self.profile = profile
         self.costs = PrefillCosts(profile)
+        # The profile's figures read on every step, held as the instance's own
+        # attributes: compiled, a read of the (interpreted) profile's field is
+        # a generic attribute lookup, a read of these is a load.
+        self.chunk_tokens: int = profile.chunk_tokens
+        self.step_overhead_s: float = profile.step_overhead_s
+        self.load_tokens_per_s: float = profile.load_tokens_per_s
+        self.lock_queued_prefix: bool = profile.lock_queued_prefix
+        self._end_step_handler: Callable[[list[tuple[Request, int]]], None] = self._end_step
         self.cache = cache
         self.loop = loop
         self.on_done = on_done
@@ -73,7 +81,7 @@ class PrefillInstance:
                 f"prefill {self.index}: a prompt of {req.prompt} tokens (session {req.session.uid}, "
                 f"call {req.call_index}) exceeds the {self.cache.device_capacity}-token pool")
         req.prefill = self
-        if self.profile.lock_queued_prefix:
+        if self.lock_queued_prefix:
             m = self.cache.match(req.key, self.loop.now, req.session.cursor, req.prompt)
             self.cache.lock(m)
             req.match = m
@@ -175,13 +183,13 @@ class PrefillInstance:
         req.alloc = uncached + fetched
         req.remaining = uncached
         req.position = cached + host + fetched
-        req.load_s = max(host / self.profile.load_tokens_per_s, fetch_s)
+        req.load_s = max(host / self.load_tokens_per_s, fetch_s)
         req.prefill_start_s = now
         return True
 
     def _start_step(self) -> None:
         now = self.loop.now
-        budget = self.profile.chunk_tokens
+        budget = self.chunk_tokens
         cost = 0.0
         load_s = 0.0
         plan: list[tuple[Request, int]] = []
@@ -211,12 +219,12 @@ class PrefillInstance:
                 else:
                     self._check_head_fits()
             return
-        tokens_cost = self.costs.tokens_cost_s
+        costs = self.costs
         for req, take in plan:
-            cost += tokens_cost(take, req.position)
-        step_s = self.profile.step_overhead_s + max(cost, load_s)
+            cost += costs.tokens_cost_s(take, req.position)
+        step_s = self.step_overhead_s + max(cost, load_s)
         self.busy = True
-        self.loop.at(now + step_s, ENGINE, self._end_step, plan)
+        self.loop.at(now + step_s, ENGINE, self._end_step_handler, plan)
 
     def _end_step(self, plan: list[tuple[Request, int]]) -> None:
         now = self.loop.now

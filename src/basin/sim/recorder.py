@@ -152,7 +152,7 @@ class Recorder:
             "first_admitted_s": np.array([s.admitted_s for s in sessions], dtype=float),
             "finished_s": np.array([s.finished_s for s in sessions], dtype=float),
             "shed": np.array([s.shed for s in sessions], dtype=bool),
-            "n_calls": np.array([len(s.record.calls) for s in sessions], dtype=np.int64),
+            "n_calls": np.array([len(s.calls) for s in sessions], dtype=np.int64),
             "calls_done": np.array([s.calls_done for s in sessions], dtype=np.int64),
             "reference_s": np.array([s.reference_s for s in sessions], dtype=float),
             "decode_steps": np.array([s.decode_steps for s in sessions], dtype=np.int64),

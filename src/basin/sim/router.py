@@ -40,7 +40,12 @@ def choose_prefill(router: str, instances: Sequence[PrefillInstance], req: Reque
     if router == "least-loaded":
         return _lowest(instances, [i.backlog_tokens for i in instances])
     loads = [_load(i) for i in instances]
-    lo, hi = min(loads), max(loads)
+    lo = hi = loads[0]
+    for load in loads:  # min() and max() are generic lookups and calls, compiled
+        if load < lo:
+            lo = load
+        elif load > hi:
+            hi = load
     if hi - lo > BALANCE_ABS_REQUESTS and hi > lo * BALANCE_REL:
         return _lowest(instances, loads)
     # A session's own chunks are only where it was placed; elsewhere the walk
@@ -59,7 +64,10 @@ def choose_prefill(router: str, instances: Sequence[PrefillInstance], req: Reque
         reach = 0
         for j in range(shared):
             reach += key[j][1]
-        best_placed = max(matches)
+        best_placed = 0
+        for tokens in matches:
+            if tokens > best_placed:
+                best_placed = tokens
         for j, inst in enumerate(instances):
             if not placed >> inst.index & 1 and reach >= best_placed:
                 matches[j] = inst.cache.peek(key, None, shared)

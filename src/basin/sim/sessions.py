@@ -14,7 +14,7 @@ from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
 from basin.sim.cache import KeyCursor, MatchResult
-from basin.workload.records import Session
+from basin.workload.records import Call, Session
 
 if TYPE_CHECKING:
     from basin.sim.decode import DecodeInstance
@@ -48,13 +48,16 @@ class SessionState:
         "uid", "record", "tag", "arrival_s", "warm", "next_call", "key", "context_tokens",
         "admitted_s", "finished_s", "shed", "terminated",
         "pin", "pin_expiry_s", "pin_instance", "inflight", "calls_done", "decode_steps",
-        "itl_violations", "reference_s", "block_tokens", "last_prefill", "placed_on", "cursor",
+        "itl_violations", "reference_s", "block_tokens", "last_prefill", "placed_on", "cursor", "calls",
     )
 
     def __init__(self, uid: int, record: Session, tag: str, arrival_s: float, start_call: int,
                  block_tokens: int | None):
         self.uid = uid
         self.record = record
+        #: The record's calls, held here: compiled, every read of a field of
+        #: the (interpreted) record is a generic attribute lookup.
+        self.calls: tuple[Call, ...] = record.calls
         self.tag = tag
         self.arrival_s = arrival_s
         self.warm = start_call > 0 or tag == "warm"
@@ -85,11 +88,11 @@ class SessionState:
             # Joined mid-trajectory: its context exists (uncached) up to here.
             for k in range(start_call):
                 self.key = self.prompt_key(k)
-                self.context_tokens = record.calls[k].context_tokens
+                self.context_tokens = self.calls[k].context_tokens
 
     @property
     def done(self) -> bool:
-        return self.next_call >= len(self.record.calls)
+        return self.next_call >= len(self.calls)
 
     def advance_key(self, k: int) -> list[Piece]:
         """Make call ``k``'s key the session's own. Its cache cursor survives
@@ -106,7 +109,7 @@ class SessionState:
 
     def _next_key(self, k: int) -> tuple[list[Piece], bool]:
         """Call ``k``'s key, and whether it extends the current key."""
-        call = self.record.calls[k]
+        call = self.calls[k]
         if call.block_hashes is not None and self.block_tokens:
             return self._block_key(k), False
         if k == 0 or not self.key:
@@ -119,7 +122,7 @@ class SessionState:
             if rest:
                 key.append((_chunk_id(self.uid, k, _NEW), rest))
             return key, False
-        prev = self.record.calls[k - 1]
+        prev = self.calls[k - 1]
         # Call.reused_tokens and Call.context_tokens, read as fields: the
         # properties are interpreted code, called twice for every call.
         reused = call.prompt_tokens - call.new_tokens
@@ -134,7 +137,7 @@ class SessionState:
         return key, False
 
     def _block_key(self, k: int) -> list[Piece]:
-        call = self.record.calls[k]
+        call = self.calls[k]
         return block_key(call.block_hashes or (), call.prompt_tokens, self.block_tokens or 1,
                          _chunk_id(self.uid, k, _NEW))
 
@@ -214,7 +217,7 @@ class Request:
     )
 
     def __init__(self, session: SessionState, call_index: int, key: list[Piece], seq: int, now: float):
-        call = session.record.calls[call_index]
+        call = session.calls[call_index]
         self.session = session
         self.call_index = call_index
         self.key = key
