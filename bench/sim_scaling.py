@@ -2,7 +2,7 @@
 the deployment? CPU microseconds per call of steady runs (no surge) at half
 the critical load, by simulated duration (1 to 4 hours on 1P3D H200) and by
 deployment size (1P3D to 8P24D H200, the arrival rate and the workload scaled
-with the instances), each the median of ``--repeats`` runs after a warm-up (so that workload
+with the instances), each the median of ``--repeats`` rounds after a warm-up (so that workload
 synthesis, kept on disk, is not counted), with the largest over smallest ratio.
 
     .venv/bin/python -m bench.sim_scaling [--repeats 3]
@@ -34,23 +34,39 @@ def cost_per_call_us(deployment: str, units: int, duration_min: float) -> tuple[
     return 1e6 * cpu / calls, calls
 
 
+#: (label, deployment, units of 1P3D, simulated minutes).
+CASES = (
+    ("1P3D, 1 h", "1p3d-h200", 1, 60), ("1P3D, 2 h", "1p3d-h200", 1, 120), ("1P3D, 4 h", "1p3d-h200", 1, 240),
+    ("2P6D, 1 h", "2P6D-h200", 2, 60), ("4P12D, 1 h", "4P12D-h200", 4, 60), ("8P24D, 1 h", "8P24D-h200", 8, 60),
+)
+BY_TIME = ("1P3D, 1 h", "1P3D, 2 h", "1P3D, 4 h")
+BY_SIZE = ("1P3D, 1 h", "2P6D, 1 h", "4P12D, 1 h", "8P24D, 1 h")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    rows: list[tuple[str, float, int]] = []
-    for label, dep, units, minutes in [
-        ("1P3D, 1 h", "1p3d-h200", 1, 60), ("1P3D, 2 h", "1p3d-h200", 1, 120), ("1P3D, 4 h", "1p3d-h200", 1, 240),
-        ("2P6D, 1 h", "2P6D-h200", 2, 60), ("4P12D, 1 h", "4P12D-h200", 4, 60), ("8P24D, 1 h", "8P24D-h200", 8, 60),
-    ]:
+    for _, dep, units, _ in CASES:
         cost_per_call_us(dep, units, 10)  # warm-up: imports and this size's synthesised workload
-        runs = [cost_per_call_us(dep, units, minutes) for _ in range(args.repeats)]
-        rows.append((label, statistics.median(r[0] for r in runs), runs[0][1]))
-        print(f"{label:12} {rows[-1][1]:8.1f} us/call  ({rows[-1][2]} calls)", flush=True)
-    by_time = [r[1] for r in rows[:3]]
-    by_size = [rows[0][1]] + [r[1] for r in rows[3:]]
-    print(f"longest/shortest run: {max(by_time) / min(by_time):.2f}x; "
-          f"largest/smallest deployment: {max(by_size) / min(by_size):.2f}x (flat = within 1.3x)")
+    # Rounds of every case in turn, so that a slow spell of a shared machine
+    # falls on all of them alike; each ratio is taken within a round.
+    rounds: list[dict[str, float]] = []
+    calls: dict[str, int] = {}
+    for r in range(args.repeats):
+        costs: dict[str, float] = {}
+        for label, dep, units, minutes in CASES:
+            costs[label], calls[label] = cost_per_call_us(dep, units, minutes)
+        rounds.append(costs)
+        print(f"round {r + 1}: " + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()) + " us/call", flush=True)
+    for label, *_ in CASES:
+        print(f"{label:12} {statistics.median(c[label] for c in rounds):8.1f} us/call  ({calls[label]} calls)")
+
+    def spread(labels: tuple[str, ...]) -> float:
+        return statistics.median(max(c[k] for k in labels) / min(c[k] for k in labels) for c in rounds)
+
+    print(f"longest/shortest run: {spread(BY_TIME):.2f}x; largest/smallest deployment: {spread(BY_SIZE):.2f}x "
+          f"(medians of the rounds' ratios; flat = within 1.3x)")
 
 
 if __name__ == "__main__":

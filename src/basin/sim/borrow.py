@@ -187,7 +187,8 @@ class PrefillBorrower:
                 return False
             assert req.prefill is not None
             session = req.session
-            cached = req.prefill.cache.peek(req.key, session.cursor if session.key is req.key else None)
+            cache = req.prefill.cache
+            cached = cache.peek(req.key, session.cursor_on(cache) if session.key is req.key else None)
             if self.chunk_tokens(step_s, batch, cached, req.prompt - cached) <= 0:
                 return False
             if not self._start(req):

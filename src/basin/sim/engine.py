@@ -198,20 +198,22 @@ class Simulator:
         loop = self.loop
         self._tabulate_references([arr for arr in cfg.arrivals if arr.arrival_s <= cfg.duration_s])
         warm: list[SessionState] = []
+        arriving: list[SessionArrival] = []
         for arr in cfg.arrivals:
             if arr.arrival_s > cfg.duration_s:
                 continue
             if arr.start_call > 0 or arr.tag == "warm":
                 warm.append(self._new_session(arr))
             else:
-                loop.at(arr.arrival_s, CLIENT, self._arrive, arr)
+                arriving.append(arr)
+        loop.at_each([arr.arrival_s for arr in arriving], CLIENT, self._arrive, arriving)
         if warm:
             self._warm_start(warm)
         for iv in cfg.interventions:
             loop.at(iv.at_s, CONTROL, self._intervene, iv)
         loop.at(0.0, CONTROL, self._tick, None)
-        for minute in range(int(cfg.duration_s // 60)):
-            loop.at((minute + 1) * 60.0, SAMPLE, self._sample, minute)
+        minutes = list(range(int(cfg.duration_s // 60)))
+        loop.at_each([(minute + 1) * 60.0 for minute in minutes], SAMPLE, self._sample, minutes)
         loop.run(cfg.duration_s, progress)
         return RunResult(
             calls=self.recorder.calls_table(),
@@ -236,7 +238,7 @@ class Simulator:
             if s.key:
                 home = self.prefills[s.uid % len(self.prefills)]
                 s.placed_on |= 1 << home.index
-                s.cursor = home.cache.insert(s.key, last_touch, 0)
+                s.keep_cursor(home.cache, home.cache.insert(s.key, last_touch, 0))
         self.driver.attach([(self._info(s), s.context_tokens) for s in warm], 0.0)
         for _, residual, s in starts:
             s.admitted_s = 0.0
@@ -408,13 +410,14 @@ class Simulator:
         s = self.sessions[uid]
         if s.last_prefill < 0 or not s.key:
             return False
-        return self.prefills[s.last_prefill].cache.peek(s.key, s.cursor) >= tokens
+        cache = self.prefills[s.last_prefill].cache
+        return cache.peek(s.key, s.cursor_on(cache)) >= tokens
 
     # ------------------------------------------------------------ TTL pins
     def _pin(self, s: SessionState, req: Request, pin_s: float) -> None:
         assert req.prefill is not None
         cache = req.prefill.cache
-        m = cache.match(req.key, self.loop.now, s.cursor if s.key is req.key else None, req.prompt)
+        m = cache.match(req.key, self.loop.now, s.cursor_on(cache) if s.key is req.key else None, req.prompt)
         cache.lock(m)
         s.pin = m
         s.pin_instance = req.prefill

@@ -4,6 +4,12 @@ Same-time events run in a stated order: engine progress (completions) first,
 then client actions (calls issued, arrivals), then control ticks, then
 sampling. Cancellation is lazy: an owner bumps its generation counter and
 stale events are skipped where they are handled.
+
+Events known in advance (a run's arrivals, its minute samples) are scheduled
+as a batch: each takes its sequence number when the batch is scheduled, as if
+pushed then, but only the batch's earliest waiting event sits in the heap.
+The order of the run is the same; the heap holds the live events only, so it
+stays shallow however many sessions a run will see.
 """
 
 from __future__ import annotations
@@ -43,6 +49,32 @@ class _Event:
         return self.seq < other.seq
 
 
+class _Batch:
+    """Events of one class known in advance, sorted by (time, sequence):
+    each one fired pushes the next, so exactly one is in the heap."""
+
+    __slots__ = ("loop", "klass", "handler", "times", "seqs", "args")
+
+    def __init__(self, loop: EventLoop, klass: int, handler: Callable[[Any], None],
+                 times: list[float], seqs: list[int], args: list[Any]) -> None:
+        self.loop = loop
+        self.klass = klass
+        self.handler = handler
+        self.times = times
+        self.seqs = seqs
+        self.args = args
+
+    def push(self, i: int) -> None:
+        heappush(self.loop._heap, _Event(self.times[i], self.klass, self.seqs[i], self.fire, i))
+
+    def fire(self, i: int) -> None:
+        # The next one joins the heap before this one's handler runs: every
+        # event the handler schedules comes after this one, and so does it.
+        if i + 1 < len(self.times):
+            self.push(i + 1)
+        self.handler(self.args[i])
+
+
 class EventLoop:
     __slots__ = ("now", "_heap", "_seq", "events_run")
 
@@ -55,6 +87,21 @@ class EventLoop:
     def at(self, time_s: float, klass: int, handler: Callable[[Any], None], arg: Any = None) -> None:
         self._seq += 1
         heappush(self._heap, _Event(time_s, klass, self._seq, handler, arg))
+
+    def at_each(self, times_s: list[float], klass: int, handler: Callable[[Any], None], args: list[Any]) -> None:
+        """Schedule ``handler(args[i])`` at ``times_s[i]`` for every i, in the
+        order that as many calls of :meth:`at` would give (sequence numbers in
+        list order), holding only the earliest waiting one in the heap."""
+        if len(times_s) != len(args):
+            raise ValueError(f"at_each: {len(times_s)} times for {len(args)} arguments")
+        if not times_s:
+            return
+        first = self._seq + 1
+        self._seq += len(times_s)
+        order = sorted(range(len(times_s)), key=lambda i: (times_s[i], i))
+        batch = _Batch(self, klass, handler, [times_s[i] for i in order], [first + i for i in order],
+                       [args[i] for i in order])
+        batch.push(0)
 
     @property
     def next_event_s(self) -> float | None:

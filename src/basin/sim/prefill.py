@@ -82,7 +82,7 @@ class PrefillInstance:
                 f"call {req.call_index}) exceeds the {self.cache.device_capacity}-token pool")
         req.prefill = self
         if self.lock_queued_prefix:
-            m = self.cache.match(req.key, self.loop.now, req.session.cursor, req.prompt)
+            m = self.cache.match(req.key, self.loop.now, req.session.cursor_on(self.cache), req.prompt)
             self.cache.lock(m)
             req.match = m
         heappush(self.queue, Queued(self._sort_key(req), req))
@@ -134,11 +134,11 @@ class PrefillInstance:
         cache = self.cache
         m = req.match
         if m is None:
-            m = cache.match(req.key, now, req.session.cursor, req.prompt)
+            m = cache.match(req.key, now, req.session.cursor_on(cache), req.prompt)
             cache.lock(m)
             req.match = m
         elif _host_part_loaded(m):
-            fresh = cache.match(req.key, now, req.session.cursor, req.prompt)
+            fresh = cache.match(req.key, now, req.session.cursor_on(cache), req.prompt)
             cache.lock(fresh)
             cache.unlock(m)
             req.match = m = fresh
@@ -280,7 +280,7 @@ class PrefillInstance:
         cursor = self.cache.insert(req.key, now, req.alloc, m, req.prompt)
         session = req.session
         if session.key is req.key:
-            session.cursor = cursor
+            session.keep_cursor(self.cache, cursor)
         self.cache.unlock(m)
         req.match = None
         req.alloc = 0

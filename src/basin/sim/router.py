@@ -9,8 +9,6 @@ free KV memory.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from basin.sim.decode import DecodeInstance
 from basin.sim.prefill import PrefillInstance
 from basin.sim.sessions import Request, shared_pieces
@@ -27,7 +25,7 @@ def _load(inst: PrefillInstance) -> int:
     return len(inst.queue) + len(inst.running)
 
 
-def choose_prefill(router: str, instances: Sequence[PrefillInstance], req: Request) -> PrefillInstance:
+def choose_prefill(router: str, instances: list[PrefillInstance], req: Request) -> PrefillInstance:
     if len(instances) == 1:
         return instances[0]
     session = req.session
@@ -39,9 +37,11 @@ def choose_prefill(router: str, instances: Sequence[PrefillInstance], req: Reque
     # function to call per instance); a tie goes to the lowest index.
     if router == "least-loaded":
         return _lowest(instances, [i.backlog_tokens for i in instances])
-    loads = [_load(i) for i in instances]
-    lo = hi = loads[0]
-    for load in loads:  # min() and max() are generic lookups and calls, compiled
+    loads: list[int] = []
+    lo = hi = _load(instances[0])
+    for inst in instances:  # min() and max() are generic lookups and calls, compiled
+        load = _load(inst)
+        loads.append(load)
         if load < lo:
             lo = load
         elif load > hi:
@@ -56,25 +56,32 @@ def choose_prefill(router: str, instances: Sequence[PrefillInstance], req: Reque
     # instance can neither win nor tie, so it is not walked (its entry stays
     # 0, below that best; only the best's value and its ties decide).
     key = req.key
-    cursor = session.cursor if session.key is key else None
+    own_key = session.key is key
     placed = session.placed_on
-    matches = [i.cache.peek(key, cursor) if placed >> i.index & 1 else 0 for i in instances]
+    matches: list[int] = []
+    best_placed = 0
+    for inst in instances:
+        tokens = 0
+        if placed >> inst.index & 1:
+            cache = inst.cache
+            tokens = cache.peek(key, session.cursor_on(cache) if own_key else None)
+        matches.append(tokens)
+        if tokens > best_placed:
+            best_placed = tokens
     shared = shared_pieces(key)
     if shared:
         reach = 0
         for j in range(shared):
             reach += key[j][1]
-        best_placed = 0
-        for tokens in matches:
-            if tokens > best_placed:
-                best_placed = tokens
-        for j, inst in enumerate(instances):
-            if not placed >> inst.index & 1 and reach >= best_placed:
-                matches[j] = inst.cache.peek(key, None, shared)
+        if reach >= best_placed:
+            for j in range(len(instances)):
+                inst = instances[j]
+                if not placed >> inst.index & 1:
+                    matches[j] = inst.cache.peek(key, None, shared)
     return by_match(instances, matches, loads, req.prompt)
 
 
-def by_match(instances: Sequence[PrefillInstance], matches: list[int], loads: list[int],
+def by_match(instances: list[PrefillInstance], matches: list[int], loads: list[int],
              prompt_tokens: int) -> PrefillInstance:
     """Cache-aware choice from each instance's cached tokens of the prompt and
     its load: the longest match, then the shortest queue, then the first; where
@@ -89,7 +96,7 @@ def by_match(instances: Sequence[PrefillInstance], matches: list[int], loads: li
     return _lowest(instances, [i.cache.device_used for i in instances])
 
 
-def _lowest(instances: Sequence[PrefillInstance], scores: list[int]) -> PrefillInstance:
+def _lowest(instances: list[PrefillInstance], scores: list[int]) -> PrefillInstance:
     """The instance of the lowest score; of the lowest ``index`` on a tie."""
     best = 0
     for j in range(1, len(instances)):
@@ -98,11 +105,12 @@ def _lowest(instances: Sequence[PrefillInstance], scores: list[int]) -> PrefillI
     return instances[best]
 
 
-def choose_decode(instances: Sequence[DecodeInstance]) -> DecodeInstance:
+def choose_decode(instances: list[DecodeInstance]) -> DecodeInstance:
     # The most free memory beyond what waits for it; the lowest index on a tie.
     best = instances[0]
     best_free = best.free_tokens - best.waiting
-    for d in instances[1:]:
+    for j in range(1, len(instances)):
+        d = instances[j]
         free = d.free_tokens - d.waiting
         if free > best_free or (free == best_free and d.index < best.index):
             best, best_free = d, free

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
-from basin.sim.cache import KeyCursor, MatchResult
+from basin.sim.cache import KeyCursor, MatchResult, RadixCache
 from basin.workload.records import Call, Session
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class SessionState:
         "uid", "record", "tag", "arrival_s", "warm", "next_call", "key", "context_tokens",
         "admitted_s", "finished_s", "shed", "terminated",
         "pin", "pin_expiry_s", "pin_instance", "inflight", "calls_done", "decode_steps",
-        "itl_violations", "reference_s", "block_tokens", "last_prefill", "placed_on", "cursor", "calls",
+        "itl_violations", "reference_s", "block_tokens", "last_prefill", "placed_on", "cursors", "calls",
     )
 
     def __init__(self, uid: int, record: Session, tag: str, arrival_s: float, start_call: int,
@@ -81,9 +81,11 @@ class SessionState:
         #: Bit ``i`` set: the session's own chunks may be in prefill ``i``'s
         #: cache (it was placed there). Elsewhere only its shared pieces can hit.
         self.placed_on = 0
-        #: Where the walk of ``key`` ended in the cache it was last inserted
-        #: into (None when unknown or when the key was rebuilt since).
-        self.cursor: KeyCursor | None = None
+        #: Where the walk of the key ended in each cache it was inserted into
+        #: (at most one per cache; emptied when the key is rebuilt). One per
+        #: cache, not only the last: a session placed on two instances would
+        #: otherwise walk its whole conversation in the other at every call.
+        self.cursors: list[KeyCursor] = []
         if start_call > 0:
             # Joined mid-trajectory: its context exists (uncached) up to here.
             for k in range(start_call):
@@ -99,9 +101,29 @@ class SessionState:
         only when the new key extends the old one (the usual agent turn)."""
         key, extends = self._next_key(k)
         if not extends:
-            self.cursor = None
+            self.cursors = []
         self.key = key
         return key
+
+    def cursor_on(self, cache: RadixCache) -> KeyCursor | None:
+        """Where the session's key was last walked in ``cache``, if anywhere."""
+        for cursor in self.cursors:
+            if cursor.cache is cache:
+                return cursor
+        return None
+
+    def keep_cursor(self, cache: RadixCache, cursor: KeyCursor | None) -> None:
+        """Hold ``cursor`` as the session's cursor in ``cache`` (None: none is known there)."""
+        cursors = self.cursors
+        for j in range(len(cursors)):
+            if cursors[j].cache is cache:
+                if cursor is None:
+                    del cursors[j]
+                else:
+                    cursors[j] = cursor
+                return
+        if cursor is not None:
+            cursors.append(cursor)
 
     def prompt_key(self, k: int) -> list[Piece]:
         """Cache key of call ``k``'s prompt, given the key of call ``k-1``."""
