@@ -54,10 +54,10 @@ def test_only_the_earliest_event_of_a_batch_is_in_the_heap():
     seen: list[int] = []
     loop.at_each([3.0, 1.0, 2.0, 1.0], CLIENT, seen.append, [0, 1, 2, 3])
     assert loop.next_event_s == 1.0
-    assert len(loop._heap) == 1
+    assert loop.pending == 1
     loop.run(1.5)
     assert seen == [1, 3]  # same time: list order
-    assert len(loop._heap) == 1
+    assert loop.pending == 1
     loop.run(5.0)
     assert seen == [1, 3, 2, 0]
     assert loop.events_run == 4

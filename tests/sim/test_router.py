@@ -137,13 +137,13 @@ def _every_instance_walked(instances, req) -> PrefillInstance:
     """Cache-aware routing as first written: every instance's cache is walked
     (the session's own chunks where it was placed, its shared pieces elsewhere),
     then the router's own choice from the matches."""
-    from basin.sim.router import _load, by_match
+    from basin.sim.router import by_match
     from basin.sim.sessions import shared_pieces
 
     key, placed, shared = req.key, req.session.placed_on, shared_pieces(req.key)
     matches = [i.cache.peek(key) if placed >> i.index & 1 else (i.cache.peek(key, None, shared) if shared else 0)
                for i in instances]
-    return by_match(instances, matches, [_load(i) for i in instances], req.prompt)
+    return by_match(instances, matches, req.prompt)
 
 
 @settings(max_examples=300, deadline=None)

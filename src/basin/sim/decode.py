@@ -72,21 +72,26 @@ class DecodeInstance:
     def __init__(self, index: int, profile: DecodeProfile, itl_slo_s: float, loop: EventLoop,
                  on_reserved: Callable[[Request], None],
                  on_finished: Callable[[Request], None]):
+        # What the decode router reads of every instance at every call comes
+        # first: compiled, attributes lie in the order they are first set, so
+        # these share a cache line or two.
         self.index = index
+        self.capacity = profile.kv_tokens
+        self.used = 0
+        self.wait: list[Queued] = []
+        #: Memory lent as prefix cache (BASIN); decode allocations reclaim it first.
+        self.lending: LentMemory | None = None
         self.profile = profile
         self.costs = DecodeCosts(profile)
         self.itl_slo_s = itl_slo_s
         self.loop = loop
         self.on_reserved = on_reserved
         self.on_finished = on_finished
-        self.capacity = profile.kv_tokens
         self.reserve_out = profile.reserve_output_tokens
         self.max_running: int = profile.max_running_requests
         #: The wake handler, bound once (binding it per epoch is a generic lookup).
         self._on_wake_handler: Callable[[int], None] = self._on_wake
-        self.used = 0
         self.reserved_idle = 0
-        self.wait: list[Queued] = []
         self.ordered = False
         # the running batch
         self.batch: set[Request] = set()
@@ -107,8 +112,6 @@ class DecodeInstance:
         #: and the extra time of the next step for a borrowed prefill chunk.
         self.borrower: PrefillBorrower | None = None
         self.step_extra_s = 0.0
-        #: Memory lent as prefix cache (BASIN); decode allocations reclaim it first.
-        self.lending: LentMemory | None = None
         self.held_by_prefill: Callable[[int, int], bool] = lambda uid, tokens: False
 
     # ------------------------------------------------------------ reservation

@@ -10,6 +10,12 @@ as a batch: each takes its sequence number when the batch is scheduled, as if
 pushed then, but only the batch's earliest waiting event sits in the heap.
 The order of the run is the same; the heap holds the live events only, so it
 stays shallow however many sessions a run will see.
+
+Pending events sit in two heaps, merged at each pop by the same order: client
+events (a session's next call, due when its tool gap ends) are most of what
+is pending but about one of the six or so events a call runs, and the
+engine's short-lived events are pushed and popped on a heap of their own,
+a few levels shallower.
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ class _Batch:
         self.args = args
 
     def push(self, i: int) -> None:
-        heappush(self.loop._heap, _Event(self.times[i], self.klass, self.seqs[i], self.fire, i))
+        self.loop._push(_Event(self.times[i], self.klass, self.seqs[i], self.fire, i))
 
     def fire(self, i: int) -> None:
         # The next one joins the heap before this one's handler runs: every
@@ -76,17 +82,27 @@ class _Batch:
 
 
 class EventLoop:
-    __slots__ = ("now", "_heap", "_seq", "events_run")
+    __slots__ = ("now", "_heap", "_client", "_seq", "events_run")
 
     def __init__(self) -> None:
         self.now = 0.0
+        #: Pending events of every class but CLIENT, and of CLIENT.
         self._heap: list[_Event] = []
+        self._client: list[_Event] = []
         self._seq = 0
         self.events_run = 0
 
     def at(self, time_s: float, klass: int, handler: Callable[[Any], None], arg: Any = None) -> None:
         self._seq += 1
-        heappush(self._heap, _Event(time_s, klass, self._seq, handler, arg))
+        self._push(_Event(time_s, klass, self._seq, handler, arg))
+
+    def _push(self, event: _Event) -> None:
+        heappush(self._client if event.klass == CLIENT else self._heap, event)
+
+    @property
+    def pending(self) -> int:
+        """Events in the heaps (lazily cancelled ones included)."""
+        return len(self._heap) + len(self._client)
 
     def at_each(self, times_s: list[float], klass: int, handler: Callable[[Any], None], args: list[Any]) -> None:
         """Schedule ``handler(args[i])`` at ``times_s[i]`` for every i, in the
@@ -107,15 +123,31 @@ class EventLoop:
     def next_event_s(self) -> float | None:
         """Time of the earliest pending event (lazily cancelled ones included),
         for a wall-clock driver that sleeps until then (the emulator)."""
-        return self._heap[0].time_s if self._heap else None
+        times = [h[0].time_s for h in (self._heap, self._client) if h]
+        return min(times) if times else None
 
     def run(self, until_s: float, progress: Callable[[float], None] | None = None) -> None:
         heap = self._heap
+        client = self._client
         pop = heappop
         next_report = 0.0
-        while heap and heap[0].time_s <= until_s:
-            event = pop(heap)
+        while True:
+            # The earlier of the two heaps' heads (they never tie: sequences differ).
+            if heap:
+                source = heap
+                event = heap[0]
+                if client and client[0] < event:
+                    source = client
+                    event = client[0]
+            elif client:
+                source = client
+                event = client[0]
+            else:
+                break
             time_s = event.time_s
+            if time_s > until_s:
+                break
+            pop(source)
             self.now = time_s
             event.handler(event.arg)
             self.events_run += 1

@@ -45,7 +45,12 @@ class LowerTier(Protocol):
 class PrefillInstance:
     def __init__(self, index: int, profile: PrefillProfile, cache: RadixCache, loop: EventLoop,
                  on_done: Callable[[Request], None]):
+        # What the prefill router reads of every instance at every call comes
+        # first (see DecodeInstance).
         self.index = index
+        self.queue: list[Queued] = []
+        self.running: list[Request] = []
+        self.cache = cache
         self.profile = profile
         self.costs = PrefillCosts(profile)
         # The profile's figures read on every step, held as the instance's own
@@ -56,11 +61,8 @@ class PrefillInstance:
         self.load_tokens_per_s: float = profile.load_tokens_per_s
         self.lock_queued_prefix: bool = profile.lock_queued_prefix
         self._end_step_handler: Callable[[list[tuple[Request, int]]], None] = self._end_step
-        self.cache = cache
         self.loop = loop
         self.on_done = on_done
-        self.queue: list[Queued] = []
-        self.running: list[Request] = []
         self.busy = False
         self.ordered = False
         self.queued_tokens = 0  # prompt tokens waiting (a load signal for routers)

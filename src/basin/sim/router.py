@@ -37,17 +37,15 @@ def choose_prefill(router: str, instances: list[PrefillInstance], req: Request) 
     # function to call per instance); a tie goes to the lowest index.
     if router == "least-loaded":
         return _lowest(instances, [i.backlog_tokens for i in instances])
-    loads: list[int] = []
     lo = hi = _load(instances[0])
-    for inst in instances:  # min() and max() are generic lookups and calls, compiled
-        load = _load(inst)
-        loads.append(load)
+    for j in range(1, len(instances)):  # min() and max() are generic lookups and calls, compiled
+        load = _load(instances[j])
         if load < lo:
             lo = load
         elif load > hi:
             hi = load
     if hi - lo > BALANCE_ABS_REQUESTS and hi > lo * BALANCE_REL:
-        return _lowest(instances, loads)
+        return _lowest(instances, [_load(i) for i in instances])
     # A session's own chunks are only where it was placed; elsewhere the walk
     # would stop at the first of them, so it is cut there (a trace of block
     # hashes has none: its whole key is walked everywhere). The instances it
@@ -78,18 +76,18 @@ def choose_prefill(router: str, instances: list[PrefillInstance], req: Request) 
                 inst = instances[j]
                 if not placed >> inst.index & 1:
                     matches[j] = inst.cache.peek(key, None, shared)
-    return by_match(instances, matches, loads, req.prompt)
+    return by_match(instances, matches, req.prompt)
 
 
-def by_match(instances: list[PrefillInstance], matches: list[int], loads: list[int],
-             prompt_tokens: int) -> PrefillInstance:
+def by_match(instances: list[PrefillInstance], matches: list[int], prompt_tokens: int) -> PrefillInstance:
     """Cache-aware choice from each instance's cached tokens of the prompt and
     its load: the longest match, then the shortest queue, then the first; where
     even the longest covers less than :data:`MATCH_THRESHOLD` of the prompt,
     the instance whose cache holds the least."""
     best = 0
     for j in range(1, len(instances)):
-        if matches[j] > matches[best] or (matches[j] == matches[best] and loads[j] < loads[best]):
+        if matches[j] > matches[best] or (
+                matches[j] == matches[best] and _load(instances[j]) < _load(instances[best])):
             best = j
     if matches[best] >= MATCH_THRESHOLD * prompt_tokens:
         return instances[best]
