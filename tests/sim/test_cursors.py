@@ -35,7 +35,8 @@ def _serve(cache: RadixCache, session: SessionState | None, key, now: float) -> 
     insert, unlock); with ``session``, its cursor in ``cache`` starts the walks
     and the insert's cursor is kept. Returns the match's tokens by tier and
     the pieces its ends lie in (a walk resumed on the host tier leaves the
-    device end's piece unknown, -1, and the insert then walks from the root)."""
+    device end's piece unknown, -1, and so the last end's when the host part
+    is too short to load back; the insert then walks from the root)."""
     cursor = session.cursor_on(cache) if session is not None else None
     m = cache.match(key, now, cursor)
     seen = (m.device_tokens, m.host_tokens, m.device_piece, m.last_piece)
@@ -80,8 +81,8 @@ def test_walks_from_per_cache_cursors_equal_walks_from_the_root(ops, device_toke
             assert a.peek(key, session.cursor_on(a)) == b.peek(key) == a.peek(key)
         now = float(t)
         got, want = _serve(resumed[where], session, key, now), _serve(rooted[where], None, key, now)
-        assert got[2] in (want[2], -1)
-        assert (got[0], got[1], got[3]) == (want[0], want[1], want[3])
+        assert got[:2] == want[:2]
+        assert got[2] in (want[2], -1) and got[3] in (want[3], -1)
         assert len({id(c.cache) for c in session.cursors}) == len(session.cursors) <= 2
 
 
