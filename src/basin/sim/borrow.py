@@ -188,7 +188,7 @@ class PrefillBorrower:
             assert req.prefill is not None
             session = req.session
             cache = req.prefill.cache
-            cached = cache.peek(req.key, session.cursor_on(cache) if session.key is req.key else None)
+            cached = cache.peek(req.key, session.cursor_for(req.key, cache))
             if self.chunk_tokens(step_s, batch, cached, req.prompt - cached) <= 0:
                 return False
             if not self._start(req):

@@ -417,7 +417,7 @@ class Simulator:
     def _pin(self, s: SessionState, req: Request, pin_s: float) -> None:
         assert req.prefill is not None
         cache = req.prefill.cache
-        m = cache.match(req.key, self.loop.now, s.cursor_on(cache) if s.key is req.key else None, req.prompt)
+        m = cache.match(req.key, self.loop.now, s.cursor_for(req.key, cache), req.prompt)
         cache.lock(m)
         s.pin = m
         s.pin_instance = req.prefill

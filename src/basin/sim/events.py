@@ -132,18 +132,14 @@ class EventLoop:
         pop = heappop
         next_report = 0.0
         while True:
-            # The earlier of the two heaps' heads (they never tie: sequences differ).
-            if heap:
-                source = heap
-                event = heap[0]
-                if client and client[0] < event:
-                    source = client
-                    event = client[0]
-            elif client:
+            # The heap whose head is earlier (heads never tie: sequences differ).
+            if client and (not heap or client[0] < heap[0]):
                 source = client
-                event = client[0]
+            elif heap:
+                source = heap
             else:
                 break
+            event = source[0]
             time_s = event.time_s
             if time_s > until_s:
                 break

@@ -54,15 +54,13 @@ def choose_prefill(router: str, instances: list[PrefillInstance], req: Request) 
     # instance can neither win nor tie, so it is not walked (its entry stays
     # 0, below that best; only the best's value and its ties decide).
     key = req.key
-    own_key = session.key is key
     placed = session.placed_on
     matches: list[int] = []
     best_placed = 0
     for inst in instances:
         tokens = 0
         if placed >> inst.index & 1:
-            cache = inst.cache
-            tokens = cache.peek(key, session.cursor_on(cache) if own_key else None)
+            tokens = inst.cache.peek(key, session.cursor_for(key, inst.cache))
         matches.append(tokens)
         if tokens > best_placed:
             best_placed = tokens

@@ -112,6 +112,12 @@ class SessionState:
                 return cursor
         return None
 
+    def cursor_for(self, key: list[Piece], cache: RadixCache) -> KeyCursor | None:
+        """Where a walk of ``key`` in ``cache`` may start: the session's cursor
+        there when ``key`` is the session's current key (only that key is
+        known to extend the walks its cursors come from)."""
+        return self.cursor_on(cache) if key is self.key else None
+
     def keep_cursor(self, cache: RadixCache, cursor: KeyCursor | None) -> None:
         """Hold ``cursor`` as the session's cursor in ``cache`` (None: none is known there)."""
         cursors = self.cursors
