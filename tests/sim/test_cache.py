@@ -244,6 +244,35 @@ def test_split_of_a_locked_host_path_keeps_the_handle_valid():
     assert cache.host_used == 0 and not list(cache.nodes())
 
 
+def test_a_chunk_repeated_in_the_next_piece_is_not_its_own_continuation():
+    # [c: 0..128) and [c: 0..64) + [c: 0..64) share only the first 64 tokens:
+    # the second piece begins chunk c again, it does not continue it.
+    cache = RadixCache(device_tokens=10_000, page_tokens=64)
+    _fill(cache, [("c", 128)])
+    assert cache.peek([("c", 64), ("c", 64)]) == 64
+    assert cache.peek([("c", 128)]) == 128
+    _fill(cache, [("c", 64), ("c", 64)])
+    assert cache.peek([("c", 64), ("c", 64)]) == 128
+    assert cache.peek([("c", 128)]) == 128
+    head = cache.root.children["c"]
+    assert (head.length, head.next.start, head.children["c"].start) == (64, 64, 0)
+    cache.check()
+
+
+def test_child_kind_is_checked():
+    cache = RadixCache(device_tokens=10_000, page_tokens=64)
+    _fill(cache, [("c", 128)])
+    cache.match([("c", 64), ("d", 64)], 1.0)  # splits c at 64: its tail continues the head
+    cache.check()
+    head = cache.root.children["c"]
+    tail = head.next
+    assert tail is not None and tail.start == 64
+    head.next, head.children["c"] = None, tail  # the tail held as if it began the chunk
+    with pytest.raises(InvariantViolation) as err:
+        cache.check()
+    assert err.value.invariant == "CHILD-KIND"
+
+
 def test_lock_balance_is_checked_against_the_live_handles():
     cache = RadixCache(device_tokens=4096, page_tokens=64)
     _fill(cache, [(1, 640)])
@@ -368,7 +397,7 @@ def test_random_interleavings_keep_locks_balanced_and_the_pool_reclaimable(ops, 
             assert cache.peek(key) >= m.total_tokens
             node = m.last_node
             while node is not cache.root:
-                assert node.parent is not None and node.parent.children[(node.chunk, node.start)] is node
+                assert node.parent is not None and node in node.parent.all_children()
                 node = node.parent
             assert m.device_node.on_device
     for _, m in held:

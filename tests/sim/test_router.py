@@ -137,13 +137,18 @@ def _every_instance_walked(instances, req) -> PrefillInstance:
     """Cache-aware routing as first written: every instance's cache is walked
     (the session's own chunks where it was placed, its shared pieces elsewhere),
     then the router's own choice from the matches."""
-    from basin.sim.router import by_match
+    from basin.sim.router import MATCH_THRESHOLD
     from basin.sim.sessions import shared_pieces
 
     key, placed, shared = req.key, req.session.placed_on, shared_pieces(req.key)
     matches = [i.cache.peek(key) if placed >> i.index & 1 else (i.cache.peek(key, None, shared) if shared else 0)
                for i in instances]
-    return by_match(instances, matches, req.prompt)
+    loads = [len(i.queue) + len(i.running) for i in instances]
+    # The longest match, then the shortest queue, then the first.
+    best = min(range(len(instances)), key=lambda j: (-matches[j], loads[j], j))
+    if matches[best] >= MATCH_THRESHOLD * req.prompt:
+        return instances[best]
+    return min(instances, key=lambda i: (i.cache.device_used, i.index))
 
 
 @settings(max_examples=300, deadline=None)

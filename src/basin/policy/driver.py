@@ -21,15 +21,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from basin.policy.base import Admission, ControlDecision, Policy, SessionInfo, Signals
 
 #: Horizon of the long-run arrival rate signal.
-ARRIVAL_RATE_WINDOW_S = 15 * 60.0
+ARRIVAL_RATE_WINDOW_S: Final = 15 * 60.0
 
 #: Shortest interval between two control ticks, whatever a policy asks.
-MIN_TICK_S = 0.1
+MIN_TICK_S: Final = 0.1
 
 
 @dataclass(frozen=True, slots=True)

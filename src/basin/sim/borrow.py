@@ -50,7 +50,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
-from typing import Any
+from typing import Any, Final
 
 from basin.catalog import PrefillProfile
 from basin.sim.costs import PrefillCosts
@@ -59,7 +59,7 @@ from basin.sim.events import EventLoop
 from basin.sim.invariants import InvariantViolation
 from basin.sim.sessions import Queued, Request
 
-_INF = float("inf")
+_INF: Final = math.inf
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,12 @@ Token content is never materialised. A prompt is a *key*: a tuple of pieces
 (a session's call suffix, a shared system prompt, a trace's 512-token block).
 Two keys share a prefix exactly where their leading pieces share chunk ids.
 A tree node holds the token range ``[start, start + length)`` of one chunk.
+A chunk's tokens are contiguous in every key, so a node's children are of
+two kinds: those that begin a chunk (``start == 0``), held by chunk id in
+``children``, and at most one that continues the node's own chunk where it
+ends (``next``, made when a node is split or a walk stops inside a piece).
+A walk looks a child up by its chunk at a piece's start and takes ``next``
+inside a piece: no ``(chunk, offset)`` tuple is built and hashed per step.
 
 LRU bookkeeping is lazy: a match stamps only the deepest matched node and the
 deepest device-resident one (every eviction candidate on that path is one of
@@ -28,6 +34,8 @@ Invariants (checked by :meth:`RadixCache.check`, pinned by tests):
 * TREE: every node's ancestors are in the tree; a device node's ancestors
   are device-resident.
 * DEVICE-CHILDREN: a node's count of device-resident children is exact.
+* CHILD-KIND: a child that begins its chunk is held by chunk id; any other
+  continues its parent's chunk where the parent ends and is its ``next``.
 
 Locking
 -------
@@ -57,7 +65,7 @@ Key = Sequence[tuple[Hashable, int]]
 
 class _Node:
     __slots__ = (
-        "chunk", "start", "length", "parent", "children", "on_device", "on_host",
+        "chunk", "start", "length", "parent", "children", "next", "on_device", "on_host",
         "lock_ref", "last_access", "has_state", "state_lock", "device_child_count",
     )
 
@@ -66,7 +74,10 @@ class _Node:
         self.start = start
         self.length = length
         self.parent = parent
-        self.children: dict[tuple[Hashable, int], _Node] = {}
+        #: Children that begin a chunk, by chunk id.
+        self.children: dict[Hashable, _Node] = {}
+        #: The child that continues this node's chunk from its end, if any.
+        self.next: _Node | None = None
         self.on_device = True
         self.on_host = False
         self.lock_ref = 0
@@ -79,6 +90,12 @@ class _Node:
 
     def device_children(self) -> bool:
         return self.device_child_count > 0
+
+    def all_children(self) -> list[_Node]:
+        kids = list(self.children.values())
+        if self.next is not None:
+            kids.append(self.next)
+        return kids
 
 
 class _Candidate:
@@ -256,7 +273,7 @@ class RadixCache:
             if n <= 0:
                 break
             while offset < n:
-                child = node.children.get((chunk, offset))
+                child = node.children.get(chunk) if offset == 0 else node.next
                 if child is None:
                     break
                 if n - offset < child.length:
@@ -331,7 +348,7 @@ class RadixCache:
         for i in range(first, len(key) if pieces < 0 else min(pieces, len(key))):
             chunk, n = key[i]
             while offset < n:
-                child = node.children.get((chunk, offset))
+                child = node.children.get(chunk) if offset == 0 else node.next
                 if child is None:
                     return matched
                 step = min(child.length, n - offset)
@@ -357,12 +374,14 @@ class RadixCache:
         head.device_child_count = 1 if node.on_device else 0
         head.on_host = node.on_host
         head.last_access = node.last_access
-        del parent.children[(node.chunk, node.start)]
-        parent.children[(head.chunk, head.start)] = head
+        if node.start == 0:
+            parent.children[node.chunk] = head
+        else:
+            parent.next = head
         node.start += head_len
         node.length -= head_len
         node.parent = head
-        head.children[(node.chunk, node.start)] = node
+        head.next = node
         return head
 
     # ------------------------------------------------------------- locking
@@ -472,11 +491,14 @@ class RadixCache:
             chunk, n = key[i]
             n = min(n, limit - pos + offset)
             while offset < n:
-                child = node.children.get((chunk, offset))
+                child = node.children.get(chunk) if offset == 0 else node.next
                 take = n - offset
                 if child is None:
                     child = _Node(chunk, offset, take, node)
-                    node.children[(chunk, offset)] = child
+                    if offset == 0:
+                        node.children[chunk] = child
+                    else:
+                        node.next = child
                     node.device_child_count += 1
                     new_device += take
                     self.stats.inserted_tokens += take
@@ -549,7 +571,7 @@ class RadixCache:
         self._seq += 1
         if node.on_device and not node.device_child_count:
             heappush(self._dev_heap, _Candidate(node.last_access, self._seq, node))
-        elif not node.on_device and not node.children:
+        elif not node.on_device and not node.children and node.next is None:
             heappush(self._host_heap, _Candidate(node.last_access, self._seq, node))
 
     def _evict_device(self, n_tokens: int) -> int:
@@ -601,8 +623,8 @@ class RadixCache:
         while freed < n_tokens and heap:
             top = heappop(heap)
             stamp, node = top.stamp, top.node
-            if (node.parent is None or node.on_device or node.children or node.lock_ref
-                    or stamp != node.last_access):
+            if (node.parent is None or node.on_device or node.children or node.next is not None
+                    or node.lock_ref or stamp != node.last_access):
                 continue
             while True:
                 freed += node.length
@@ -612,7 +634,7 @@ class RadixCache:
                 if parent.last_access < stamp:
                     parent.last_access = stamp
                 if (freed < n_tokens and parent is not root and not parent.on_device and not parent.children
-                        and not parent.lock_ref and parent.last_access == stamp
+                        and parent.next is None and not parent.lock_ref and parent.last_access == stamp
                         and (not heap or heap[0].stamp > stamp)):
                     node = parent
                     continue
@@ -634,7 +656,7 @@ class RadixCache:
     def _remove_host_leaf(self, node: _Node) -> None:
         """Drop a host-only node without children (what host eviction takes):
         :meth:`_remove_subtree` without its walk."""
-        del node.parent.children[(node.chunk, node.start)]  # type: ignore[union-attr]
+        self._unlink(node)
         self.host_used -= node.length
         node.on_host = False
         if node.has_state:
@@ -647,7 +669,7 @@ class RadixCache:
         parent = node.parent
         if parent is None:
             raise InvariantViolation("TREE", "removal of a node outside the tree")
-        del parent.children[(node.chunk, node.start)]
+        self._unlink(node)
         if node.on_device:
             parent.device_child_count -= 1
         stack = [node]
@@ -666,6 +688,19 @@ class RadixCache:
             if n.children:
                 stack.extend(n.children.values())
                 n.children = {}
+            if n.next is not None:
+                stack.append(n.next)
+                n.next = None
+
+    @staticmethod
+    def _unlink(node: _Node) -> None:
+        """Take ``node`` out of its parent's children (CHILD-KIND says where it is held)."""
+        parent = node.parent
+        assert parent is not None
+        if node.start == 0:
+            del parent.children[node.chunk]
+        else:
+            parent.next = None
 
     @staticmethod
     def _key_tokens(key: Key) -> int:
@@ -673,11 +708,11 @@ class RadixCache:
 
     # -------------------------------------------------------------- checks
     def nodes(self) -> Iterator[_Node]:
-        stack = list(self.root.children.values())
+        stack = self.root.all_children()
         while stack:
             n = stack.pop()
             yield n
-            stack.extend(n.children.values())
+            stack.extend(n.all_children())
 
     def locked_device_tokens(self, m: MatchResult) -> int:
         """Device tokens a lock on ``m`` keeps in the pool however much else
@@ -699,13 +734,18 @@ class RadixCache:
         """
         dev = host = states = 0
         refs = self.root.lock_ref
-        on_root = sum(1 for c in self.root.children.values() if c.on_device)
+        on_root = sum(1 for c in self.root.all_children() if c.on_device)
         require(self.root.device_child_count == on_root, "DEVICE-CHILDREN",
                 f"root: {self.root.device_child_count} device children counted, {on_root} held")
         for n in self.nodes():
             parent = n.parent
-            if parent is None or parent.children.get((n.chunk, n.start)) is not n:
+            if parent is None:
                 raise InvariantViolation("TREE", "node not registered with its parent")
+            if n.start == 0:
+                if parent.children.get(n.chunk) is not n:
+                    raise InvariantViolation("CHILD-KIND", "a chunk's first node not held by its chunk id")
+            elif parent.next is not n or n.chunk != parent.chunk or n.start != parent.start + parent.length:
+                raise InvariantViolation("CHILD-KIND", "a node inside a chunk does not continue its parent")
             if n.on_device:
                 dev += n.length
                 if parent is not self.root and not parent.on_device:
@@ -716,7 +756,7 @@ class RadixCache:
                 raise InvariantViolation("TREE", "node in no tier")
             if n.lock_ref < 0:
                 raise InvariantViolation("LOCK-BALANCE", f"negative lock count {n.lock_ref}")
-            on_device = sum(1 for c in n.children.values() if c.on_device)
+            on_device = sum(1 for c in n.all_children() if c.on_device)
             if n.device_child_count != on_device:
                 raise InvariantViolation("DEVICE-CHILDREN",
                                          f"{n.device_child_count} device children counted, {on_device} held")

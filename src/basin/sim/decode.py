@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from basin.catalog import DecodeProfile
 from basin.sim.costs import DecodeCosts
@@ -42,7 +42,7 @@ from basin.sim.sessions import Queued, Request, queue_key
 if TYPE_CHECKING:
     from basin.sim.borrow import PrefillBorrower
 
-_INF = float("inf")
+_INF: Final = math.inf
 
 
 class _Due:

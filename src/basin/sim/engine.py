@@ -26,7 +26,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 import numpy as np
 
@@ -54,7 +54,7 @@ from basin.workload.reference import unloaded_references_s
 #: the last one: the cache's nodes, which a larger deployment holds more of
 #: and which live long enough to outlast a small threshold. At 500,000 an hour
 #: of 8P24D sees one or two collections instead of about forty.
-YOUNG_COLLECTION_THRESHOLD = 500_000
+YOUNG_COLLECTION_THRESHOLD: Final = 500_000
 
 
 class EngineSwitchError(ValueError):

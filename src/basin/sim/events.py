@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from heapq import heappop, heappush
-from typing import Any
+from typing import Any, Final
 
 #: Same-time priority classes (lower runs first).
-ENGINE = 0
-CLIENT = 1
-CONTROL = 2
-SAMPLE = 3
+ENGINE: Final = 0
+CLIENT: Final = 1
+CONTROL: Final = 2
+SAMPLE: Final = 3
 
 
 class _Event:

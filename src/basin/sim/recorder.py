@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 from basin.sim.sessions import Request, SessionState
 
-CALL_COLUMNS = (
+CALL_COLUMNS: Final = (
     "session_uid", "tag", "call_index", "issued_s", "admitted_s", "prefill_start_s",
     "first_token_s", "finished_s", "prompt_tokens", "cached_tokens", "loaded_tokens",
     "uncached_tokens", "output_tokens", "decode_steps", "itl_violations", "retractions",

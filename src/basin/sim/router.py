@@ -9,16 +9,18 @@ free KV memory.
 
 from __future__ import annotations
 
+from typing import Final
+
 from basin.sim.decode import DecodeInstance
 from basin.sim.prefill import PrefillInstance
 from basin.sim.sessions import Request, shared_pieces
 
 #: Cache-aware routing falls back to the shortest queue when queues differ by
 #: more than this many requests and by more than this ratio.
-BALANCE_ABS_REQUESTS = 32
-BALANCE_REL = 1.5
+BALANCE_ABS_REQUESTS: Final = 32
+BALANCE_REL: Final = 1.5
 #: ... and uses the longest match only when it covers this share of the prompt.
-MATCH_THRESHOLD = 0.5
+MATCH_THRESHOLD: Final = 0.5
 
 
 def _load(inst: PrefillInstance) -> int:
@@ -46,50 +48,56 @@ def choose_prefill(router: str, instances: list[PrefillInstance], req: Request) 
             hi = load
     if hi - lo > BALANCE_ABS_REQUESTS and hi > lo * BALANCE_REL:
         return _lowest(instances, [_load(i) for i in instances])
+    # The longest match wins, then the shortest queue, then the first
+    # instance; where even the longest covers less than MATCH_THRESHOLD of the
+    # prompt, the instance whose cache holds the least.
+    #
     # A session's own chunks are only where it was placed; elsewhere the walk
     # would stop at the first of them, so it is cut there (a trace of block
     # hashes has none: its whole key is walked everywhere). The instances it
     # was placed on are walked first: elsewhere at most the shared pieces can
     # match, and where they are shorter than the best match so far the
-    # instance can neither win nor tie, so it is not walked (its entry stays
-    # 0, below that best; only the best's value and its ties decide).
+    # instance can neither win nor tie, so it is not walked. The choice is
+    # kept as the walks go (no list of matches): ``best`` is the first of the
+    # best so far, by match, then load, then position.
     key = req.key
     placed = session.placed_on
-    matches: list[int] = []
-    best_placed = 0
-    for inst in instances:
-        tokens = 0
+    best = -1
+    best_tokens = 0
+    for j in range(len(instances)):
+        inst = instances[j]
         if placed >> inst.index & 1:
             tokens = inst.cache.peek(key, session.cursor_for(key, inst.cache))
-        matches.append(tokens)
-        if tokens > best_placed:
-            best_placed = tokens
+            if best < 0 or _beats(inst, tokens, instances[best], best_tokens):
+                best, best_tokens = j, tokens
+    placed_tokens = best_tokens
     shared = shared_pieces(key)
+    walk_shared = False
     if shared:
         reach = 0
         for j in range(shared):
             reach += key[j][1]
-        if reach >= best_placed:
-            for j in range(len(instances)):
-                inst = instances[j]
-                if not placed >> inst.index & 1:
-                    matches[j] = inst.cache.peek(key, None, shared)
-    return by_match(instances, matches, req.prompt)
-
-
-def by_match(instances: list[PrefillInstance], matches: list[int], prompt_tokens: int) -> PrefillInstance:
-    """Cache-aware choice from each instance's cached tokens of the prompt and
-    its load: the longest match, then the shortest queue, then the first; where
-    even the longest covers less than :data:`MATCH_THRESHOLD` of the prompt,
-    the instance whose cache holds the least."""
-    best = 0
-    for j in range(1, len(instances)):
-        if matches[j] > matches[best] or (
-                matches[j] == matches[best] and _load(instances[j]) < _load(instances[best])):
-            best = j
-    if matches[best] >= MATCH_THRESHOLD * prompt_tokens:
+        walk_shared = reach >= placed_tokens
+    if walk_shared or best_tokens == 0:
+        # Unplaced instances can win (or tie, by load) only here; elsewhere
+        # their match, 0 or the shared pieces', is below the best.
+        for j in range(len(instances)):
+            inst = instances[j]
+            if placed >> inst.index & 1:
+                continue
+            tokens = inst.cache.peek(key, None, shared) if walk_shared else 0
+            if best < 0 or (_beats(inst, tokens, instances[best], best_tokens) if j > best
+                            else not _beats(instances[best], best_tokens, inst, tokens)):
+                best, best_tokens = j, tokens
+    if best_tokens >= MATCH_THRESHOLD * req.prompt:
         return instances[best]
     return _lowest(instances, [i.cache.device_used for i in instances])
+
+
+def _beats(inst: PrefillInstance, tokens: int, other: PrefillInstance, other_tokens: int) -> bool:
+    """Whether ``inst``, coming after ``other``, takes its place as the
+    cache-aware choice: a longer match, or as long with a shorter queue."""
+    return tokens > other_tokens or (tokens == other_tokens and _load(inst) < _load(other))
 
 
 def _lowest(instances: list[PrefillInstance], scores: list[int]) -> PrefillInstance:

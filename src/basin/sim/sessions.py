@@ -10,8 +10,9 @@ trajectory says. Traces that carry block hashes are keyed by the hashes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from basin.sim.cache import KeyCursor, MatchResult, RadixCache
 from basin.workload.records import Call, Session
@@ -22,9 +23,9 @@ if TYPE_CHECKING:
 
 Piece = tuple[Hashable, int]
 
-_OUT = 1  # chunk id kinds, packed into one int per chunk
-_NEW = 2
-_MERGED = 3
+_OUT: Final = 1  # chunk id kinds, packed into one int per chunk
+_NEW: Final = 2
+_MERGED: Final = 3
 
 
 def _chunk_id(uid: int, call_index: int, kind: int) -> int:
@@ -65,8 +66,8 @@ class SessionState:
         self.block_tokens = block_tokens
         self.key: list[Piece] = []
         self.context_tokens = 0
-        self.admitted_s = float("nan")
-        self.finished_s = float("nan")
+        self.admitted_s = math.nan
+        self.finished_s = math.nan
         self.shed = False
         self.terminated = False
         self.pin: MatchResult | None = None
@@ -256,10 +257,10 @@ class Request:
         self.decode: DecodeInstance | None = None
         self.issued_s = now
         self.admitted_s = now
-        self.prefill_start_s = float("nan")
-        self.prefill_end_s = float("nan")
-        self.first_token_s = float("nan")
-        self.finished_s = float("nan")
+        self.prefill_start_s = math.nan
+        self.prefill_end_s = math.nan
+        self.first_token_s = math.nan
+        self.finished_s = math.nan
         self.cached = 0
         self.loaded = 0
         self.uncached = 0
