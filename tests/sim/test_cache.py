@@ -267,10 +267,25 @@ def test_child_kind_is_checked():
     head = cache.root.children["c"]
     tail = head.next
     assert tail is not None and tail.start == 64
-    head.next, head.children["c"] = None, tail  # the tail held as if it began the chunk
+    head.next, head.children = None, {"c": tail}  # the tail held as if it began the chunk
     with pytest.raises(InvariantViolation) as err:
         cache.check()
     assert err.value.invariant == "CHILD-KIND"
+
+
+def test_the_shared_empty_children_are_never_written():
+    # Nodes without chunk children share one empty dictionary; a write into it
+    # would hand a child to every such node, so the check looks for one.
+    cache = RadixCache(device_tokens=10_000, page_tokens=64)
+    _fill(cache, [("c", 128)])
+    leaf = cache.root.children["c"]
+    leaf.children["x"] = leaf
+    try:
+        with pytest.raises(InvariantViolation, match="shared empty children"):
+            cache.check()
+    finally:
+        leaf.children.clear()
+    cache.check()
 
 
 def test_lock_balance_is_checked_against_the_live_handles():

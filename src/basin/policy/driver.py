@@ -129,7 +129,9 @@ class Tracked:
 
 class PolicyDriver:
     def __init__(self, policy: Policy, host: DriverHost):
-        self.policy = policy
+        self._policy = policy
+        self._hears_issues = self._orders = self._hears_finishes = True
+        self._take(policy)
         self.host = host
         self.sessions: dict[int, Tracked] = {}
         #: Parked sessions in arrival order (a dict keeps insertion order).
@@ -147,6 +149,21 @@ class PolicyDriver:
         if sink is not None:
             self.actions = ActionLog()
             sink.append(self)
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in charge (changed only by :meth:`switch_policy`)."""
+        return self._policy
+
+    def _take(self, policy: Policy) -> None:
+        # The base class's per-call hooks do nothing, and a policy that keeps
+        # them (hicache, crossflow) would still cost an interpreted call per
+        # hook at every agent call; the driver skips those it does not override.
+        self._policy = policy
+        cls = type(policy)
+        self._hears_issues = cls.on_call_issued is not Policy.on_call_issued
+        self._orders = cls.priority_key is not Policy.priority_key
+        self._hears_finishes = cls.on_call_finished is not Policy.on_call_finished
 
     # ------------------------------------------------------------ signals
     def arrival_rate_per_min(self, now_s: float) -> float:
@@ -187,7 +204,7 @@ class PolicyDriver:
     def arrive(self, info: SessionInfo, context_tokens: int = 0) -> Admission:
         """A new session's first call is ready: the policy admits, parks or sheds it."""
         self._arrivals.append(info.arrival_s)
-        verdict = self.policy.on_session_arrival(info, self.signals(info.arrival_s))
+        verdict = self._policy.on_session_arrival(info, self.signals(info.arrival_s))
         if verdict is Admission.ADMIT:
             self.sessions[info.uid] = Tracked(Standing.ADMITTED, 0)
             self._admit(info.uid, context_tokens)
@@ -195,7 +212,7 @@ class PolicyDriver:
             self.sessions[info.uid] = Tracked(Standing.PARKED, context_tokens)
             self.parked[info.uid] = None
         else:
-            self.policy.on_session_finished(info.uid, info.arrival_s)
+            self._policy.on_session_finished(info.uid, info.arrival_s)
             self.host.shed(info.uid, "policy")
             if self.actions is not None:
                 self.actions.shed_s.append(info.arrival_s)
@@ -207,13 +224,13 @@ class PolicyDriver:
             return
         d = self.last_decision
         lending = d.lend_decode_memory if d is not None else False
-        limited = bool(self.parked) or self.policy.limiting_admission()
+        limited = bool(self.parked) or self._policy.limiting_admission()
         self.actions.note(now_s, lending, self.ordered, limited)
 
     def attach(self, sessions: Sequence[tuple[SessionInfo, int]], now_s: float) -> None:
         """Sessions already running when the driver starts (a warm start):
         admitted without a decision, with their contexts."""
-        self.policy.attach([info for info, _ in sessions], now_s)
+        self._policy.attach([info for info, _ in sessions], now_s)
         for info, context in sessions:
             self.sessions[info.uid] = Tracked(Standing.ADMITTED, context)
             self.admitted_count += 1
@@ -242,15 +259,16 @@ class PolicyDriver:
         if t is not None and t.standing is Standing.ADMITTED:
             self.working_set_tokens += prompt_tokens - t.context_tokens
             t.context_tokens = prompt_tokens
-        self.policy.on_call_issued(uid, prompt_tokens, now_s)
-        return self.policy.priority_key(uid)
+        if self._hears_issues:
+            self._policy.on_call_issued(uid, prompt_tokens, now_s)
+        return self._policy.priority_key(uid) if self._orders else None
 
     def call_held(self, uid: int, now_s: float) -> None:
         """A paused session's call is ready; it waits for :meth:`PolicyDriver.tick` to resume it."""
         t = self.sessions.get(uid)
         if t is not None:
             t.held = True
-        self.policy.on_call_held(uid, now_s)
+        self._policy.on_call_held(uid, now_s)
 
     def call_finished(self, uid: int, context_tokens: int, last_call: bool, now_s: float) -> float:
         """A call's answer is complete; returns seconds to pin the prefix."""
@@ -259,7 +277,9 @@ class PolicyDriver:
             return 0.0
         self.working_set_tokens += context_tokens - t.context_tokens
         t.context_tokens = context_tokens
-        return self.policy.on_call_finished(uid, context_tokens, last_call, now_s)
+        if not self._hears_finishes:
+            return 0.0
+        return self._policy.on_call_finished(uid, context_tokens, last_call, now_s)
 
     def session_finished(self, uid: int, now_s: float) -> None:
         """The session ended (completed, terminated, expired, or left the parked queue)."""
@@ -270,17 +290,17 @@ class PolicyDriver:
                 self.working_set_tokens -= t.context_tokens
             else:
                 self.parked.pop(uid, None)
-        self.policy.on_session_finished(uid, now_s)
+        self._policy.on_session_finished(uid, now_s)
 
     def priority_key(self, uid: int) -> float | None:
-        return self.policy.priority_key(uid)
+        return self._policy.priority_key(uid) if self._orders else None
 
     # ------------------------------------------------------------ control
     def tick(self, now_s: float) -> float:
         """One control step; returns seconds until the next one."""
         signals = self.signals(now_s)
         self.last_signals = signals
-        decision = self.policy.control(signals, list(self.parked))
+        decision = self._policy.control(signals, list(self.parked))
         self.last_decision = decision
         self.apply(decision, now_s)
         self._note_actions(now_s)
@@ -294,7 +314,7 @@ class PolicyDriver:
             if uid in self.parked:
                 del self.parked[uid]
                 del sessions[uid]
-                self.policy.on_session_finished(uid, now_s)
+                self._policy.on_session_finished(uid, now_s)
                 self.host.shed(uid, "persistent-overload")
                 if self.actions is not None:
                     self.actions.shed_s.append(now_s)
@@ -321,5 +341,5 @@ class PolicyDriver:
     def switch_policy(self, policy: Policy, active: Sequence[SessionInfo], now_s: float) -> None:
         """Hand the running sessions to another policy (an intervention). The
         host re-applies the new policy's engine needs."""
-        self.policy = policy
+        self._take(policy)
         policy.attach(active, now_s)

@@ -57,10 +57,17 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from heapq import heappop, heappush
+from typing import Final
 
 from basin.sim.invariants import InvariantViolation, require
 
 Key = Sequence[tuple[Hashable, int]]
+
+#: The children of every node that has begun no chunk below it (most nodes:
+#: a session's chain ends in one, and a split's head has only ``next``). One
+#: shared empty dictionary, never written: :meth:`RadixCache.insert` gives a
+#: node its own before the first chunk it adds.
+_NO_CHILDREN: Final[dict[Hashable, _Node]] = {}
 
 
 class _Node:
@@ -74,8 +81,8 @@ class _Node:
         self.start = start
         self.length = length
         self.parent = parent
-        #: Children that begin a chunk, by chunk id.
-        self.children: dict[Hashable, _Node] = {}
+        #: Children that begin a chunk, by chunk id (:data:`_NO_CHILDREN` for none).
+        self.children: dict[Hashable, _Node] = _NO_CHILDREN
         #: The child that continues this node's chunk from its end, if any.
         self.next: _Node | None = None
         self.on_device = True
@@ -496,6 +503,8 @@ class RadixCache:
                 if child is None:
                     child = _Node(chunk, offset, take, node)
                     if offset == 0:
+                        if node.children is _NO_CHILDREN:
+                            node.children = {}
                         node.children[chunk] = child
                     else:
                         node.next = child
@@ -687,7 +696,7 @@ class RadixCache:
             n.parent = None
             if n.children:
                 stack.extend(n.children.values())
-                n.children = {}
+                n.children = _NO_CHILDREN
             if n.next is not None:
                 stack.append(n.next)
                 n.next = None
@@ -732,6 +741,7 @@ class RadixCache:
         (requests and pins holding a match); checked against the cache's own
         count when given.
         """
+        require(not _NO_CHILDREN, "TREE", "a node added a child to the shared empty children dictionary")
         dev = host = states = 0
         refs = self.root.lock_ref
         on_root = sum(1 for c in self.root.all_children() if c.on_device)
