@@ -1,13 +1,15 @@
-"""The driver calls a policy's per-call hooks only where the policy has its own.
+"""The driver calls a policy's per-call hooks, and asks it about arrivals,
+only where the policy has its own.
 
-The base class's hooks do nothing; the driver skips them rather than make an
-interpreted call per hook at every agent call. What it must never do is skip
-a hook a policy does define, also after :meth:`PolicyDriver.switch_policy`.
+The base class's hooks do nothing and its arrival answer is to admit; the
+driver skips them rather than make an interpreted call per hook at every
+agent call (and assemble signals at every arrival). What it must never do is
+skip a hook a policy does define, also after :meth:`PolicyDriver.switch_policy`.
 """
 
 from __future__ import annotations
 
-from basin.policy.base import SessionInfo
+from basin.policy.base import Admission, SessionInfo, Signals
 from basin.policy.driver import EngineFigures, PolicyDriver
 from basin.policy.hicache import HiCachePolicy
 
@@ -29,6 +31,10 @@ class _Listening(HiCachePolicy):
     def __init__(self) -> None:
         super().__init__()
         self.heard: list[tuple[str, int]] = []
+
+    def on_session_arrival(self, info: SessionInfo, signals: Signals) -> Admission:
+        self.heard.append(("arrival", info.uid))
+        return Admission.PARK if signals.active_sessions >= 1 else Admission.ADMIT
 
     def on_call_issued(self, uid: int, prompt_tokens: int, now_s: float) -> None:
         self.heard.append(("issued", uid))
@@ -53,14 +59,16 @@ def _one_call(driver: PolicyDriver, uid: int) -> tuple[float | None, float]:
 def test_a_policy_that_defines_the_hooks_hears_every_call() -> None:
     policy = _Listening()
     driver = PolicyDriver(policy, _Host())
-    driver.arrive(_info(3))
+    assert driver.arrive(_info(3)) is Admission.ADMIT
+    assert driver.arrive(_info(4)) is Admission.PARK  # judged on the signals: one session active
     assert _one_call(driver, 3) == (3.0, 7.0)
-    assert policy.heard == [("issued", 3), ("finished", 3)]
+    assert policy.heard == [("arrival", 3), ("arrival", 4), ("issued", 3), ("finished", 3)]
 
 
 def test_a_policy_without_them_gets_the_base_answers() -> None:
     driver = PolicyDriver(HiCachePolicy(), _Host())
-    driver.arrive(_info(3))
+    assert [driver.arrive(_info(uid)) for uid in (3, 4)] == [Admission.ADMIT] * 2
+    assert driver.admitted_count == 2
     assert _one_call(driver, 3) == (None, 0.0)
     assert driver.priority_key(3) is None
     assert driver.working_set_tokens == 150  # the driver's own accounting still runs
@@ -74,6 +82,10 @@ def test_switching_policies_switches_which_hooks_are_heard() -> None:
     assert driver.policy is listening
     assert _one_call(driver, 3) == (3.0, 7.0)
     assert listening.heard == [("issued", 3), ("finished", 3)]
+    assert driver.arrive(_info(4)) is Admission.PARK
+    heard = [("issued", 3), ("finished", 3), ("arrival", 4)]
+    assert listening.heard == heard
     driver.switch_policy(HiCachePolicy(), [_info(3)], 3.0)
     assert _one_call(driver, 3) == (None, 0.0)
-    assert listening.heard == [("issued", 3), ("finished", 3)]
+    assert driver.arrive(_info(5)) is Admission.ADMIT
+    assert listening.heard == heard

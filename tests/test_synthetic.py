@@ -184,3 +184,11 @@ def test_preset_files_are_what_the_fit_script_writes():
     script = REPO_ROOT / "scripts" / "fit_presets.py"
     done = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_sessions_peak_is_its_largest_call_context():
+    sessions = load_agent_table("swebench-deepseek").sessions
+    assert all(s.peak_context_tokens == max(c.context_tokens for c in s.calls) for s in sessions)
+    # The peak need not be the last call's (a session that compacts shrinks).
+    s = Session("x", (Call(100, 100, 50, 1.0), Call(30, 30, 5, 0.0)))
+    assert s.peak_context_tokens == 150

@@ -130,7 +130,7 @@ class Tracked:
 class PolicyDriver:
     def __init__(self, policy: Policy, host: DriverHost):
         self._policy = policy
-        self._hears_issues = self._orders = self._hears_finishes = True
+        self._hears_issues = self._orders = self._hears_finishes = self._judges_arrivals = True
         self._take(policy)
         self.host = host
         self.sessions: dict[int, Tracked] = {}
@@ -164,6 +164,9 @@ class PolicyDriver:
         self._hears_issues = cls.on_call_issued is not Policy.on_call_issued
         self._orders = cls.priority_key is not Policy.priority_key
         self._hears_finishes = cls.on_call_finished is not Policy.on_call_finished
+        # ... and a policy that admits every session (the base class's answer)
+        # needs no signals assembled at each arrival.
+        self._judges_arrivals = cls.on_session_arrival is not Policy.on_session_arrival
 
     # ------------------------------------------------------------ signals
     def arrival_rate_per_min(self, now_s: float) -> float:
@@ -204,7 +207,8 @@ class PolicyDriver:
     def arrive(self, info: SessionInfo, context_tokens: int = 0) -> Admission:
         """A new session's first call is ready: the policy admits, parks or sheds it."""
         self._arrivals.append(info.arrival_s)
-        verdict = self._policy.on_session_arrival(info, self.signals(info.arrival_s))
+        verdict = (self._policy.on_session_arrival(info, self.signals(info.arrival_s)) if self._judges_arrivals
+                   else Admission.ADMIT)
         if verdict is Admission.ADMIT:
             self.sessions[info.uid] = Tracked(Standing.ADMITTED, 0)
             self._admit(info.uid, context_tokens)
