@@ -66,7 +66,8 @@ Key = Sequence[tuple[Hashable, int]]
 #: The children of every node that has begun no chunk below it (most nodes:
 #: a session's chain ends in one, and a split's head has only ``next``). One
 #: shared empty dictionary, never written: :meth:`RadixCache.insert` gives a
-#: node its own before the first chunk it adds.
+#: node whose children are empty a dictionary of its own before it adds one
+#: (tested by emptiness, not identity, so a copied tree stays safe too).
 _NO_CHILDREN: Final[dict[Hashable, _Node]] = {}
 
 
@@ -503,7 +504,7 @@ class RadixCache:
                 if child is None:
                     child = _Node(chunk, offset, take, node)
                     if offset == 0:
-                        if node.children is _NO_CHILDREN:
+                        if not node.children:  # perhaps the shared empty one: never written
                             node.children = {}
                         node.children[chunk] = child
                     else:
