@@ -129,8 +129,6 @@ class Tracked:
 
 class PolicyDriver:
     def __init__(self, policy: Policy, host: DriverHost):
-        self._policy = policy
-        self._hears_issues = self._orders = self._hears_finishes = self._judges_arrivals = True
         self._take(policy)
         self.host = host
         self.sessions: dict[int, Tracked] = {}
@@ -156,6 +154,7 @@ class PolicyDriver:
         return self._policy
 
     def _take(self, policy: Policy) -> None:
+        """Put ``policy`` in charge and note which hooks it has of its own."""
         # The base class's per-call hooks do nothing, and a policy that keeps
         # them (hicache, crossflow) would still cost an interpreted call per
         # hook at every agent call; the driver skips those it does not override.
