@@ -167,6 +167,28 @@ def test_memory_accounting_check_catches_drift():
         bench.dec.check(reserved_idle=100)
 
 
+def test_the_waiting_count_the_router_reads_follows_the_wait_heap():
+    """ROUTER-LOAD: a request that waits for memory, a retracted one back in
+    the heap and both reserved from it move the count as they move the heap."""
+    bench, a, b = _two_growing()
+    bench.submit(a, b)
+    c = request(3, 1200, output=10)  # 1208 tokens, 984 free: it waits
+    bench.dec.request_memory(c)
+    assert bench.dec.waiting == 1
+    bench.dec.check()
+    while not b.retractions:
+        bench.loop.run(bench.loop.now + 0.05)
+    assert bench.dec.waiting == 2
+    bench.dec.check()
+    bench.loop.run(1e6)
+    assert bench.dec.waiting == 0 and sorted(r.session.uid for r in bench.finished) == [1, 2, 3]
+    bench.dec.check(reserved_idle=0)
+    bench.dec.waiting = 1
+    with pytest.raises(InvariantViolation) as err:
+        bench.dec.check()
+    assert err.value.invariant == "ROUTER-LOAD"
+
+
 def test_idle_reservations_are_accounted_until_the_join():
     loop = EventLoop()
     dec = DecodeInstance(0, HW.decode, HW.itl_slo_s, loop, lambda r: None, lambda r: None)

@@ -54,7 +54,8 @@ def _config(deployment: str, n: int, rate_per_min: float, duration_s: float, see
 class BalanceCheck:
     """Checks, every simulated minute and at the end, that the caches' lock
     counts and the decode instances' idle reservations are exactly what the
-    live requests and pins hold."""
+    live requests and pins hold, and that the loads the routers read are
+    what the instances' queues hold (ROUTER-LOAD)."""
 
     def __init__(self) -> None:
         self.pins_seen = 0
@@ -75,6 +76,7 @@ class BalanceCheck:
                 self.pins_seen += 1
         for p in sim.prefills:
             p.cache.check(lock_handles=locks[id(p)])
+            p.check()
         for d in sim.decodes:
             d.check(reserved_idle=idle[id(d)])
 

@@ -8,7 +8,7 @@ import pytest
 
 from basin.sim.cache import RadixCache
 from basin.sim.events import EventLoop
-from basin.sim.invariants import RequestNeverFits
+from basin.sim.invariants import InvariantViolation, RequestNeverFits
 from basin.sim.prefill import PrefillInstance
 
 from .helpers import HW, prefill, request
@@ -194,3 +194,28 @@ def test_a_queued_request_keeps_its_prefix_when_the_queue_locks():
     assert inst.cache.peek([("q", 1024)]) == 0  # evicted in p's place
     inst.release(b, b.prefill_end_s)
     inst.cache.check(lock_handles=0)
+
+
+def test_the_load_the_router_reads_follows_the_queue_and_the_running_list():
+    """ROUTER-LOAD: queued, started, finished, removed, and a request taken
+    back from a borrower all move the count as they move the lists."""
+    loop = EventLoop()
+    done = []
+    inst = prefill(0, cache_tokens=8192, loop=loop, on_done=done.append)
+    a, b, c = request(1, 3000), request(2, 3000), request(3, 500)
+    for r in (a, b, c):
+        inst.enqueue(r)
+        inst.check()
+    assert inst.load_requests == 3 and len(inst.running) == 1
+    assert inst.remove(c) and inst.load_requests == 2
+    inst.check()
+    loop.run(60.0)
+    assert done == [a, b] and inst.load_requests == 0
+    inst.check()
+    inst.resume(c)  # as a borrower hands back a request it started
+    assert inst.load_requests == 1
+    inst.check()
+    inst.load_requests += 1
+    with pytest.raises(InvariantViolation) as err:
+        inst.check()
+    assert err.value.invariant == "ROUTER-LOAD"

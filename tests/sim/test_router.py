@@ -22,8 +22,10 @@ def _cached(inst, key) -> None:
 
 def _queue(inst, n: int) -> None:
     """Make ``inst`` look busy with ``n`` queued requests (routers read only
-    the lengths and the backlog)."""
+    the load the instance counts and the backlog)."""
     inst.queue = [(0.0, i, None) for i in range(n)]
+    inst.load_requests = n + len(inst.running)
+    inst.check()
 
 
 SYS = [("sys", 4096)]
@@ -121,6 +123,7 @@ def test_decode_goes_to_the_most_free_memory_net_of_waiting_requests():
     decs[2].used = 999
     assert choose_decode(decs) is decs[2]
     decs[2].wait = [(0.0, i, request(i, 10)) for i in range(2)]  # 10000-999-2 < 10000-1000
+    decs[2].waiting = 2
     assert choose_decode(decs) is decs[1]
 
 

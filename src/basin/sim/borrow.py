@@ -237,9 +237,8 @@ class PrefillBorrower:
             return
         pre = req.prefill
         assert pre is not None
-        pre.running.append(req)
         self.stats.revoked += 1
-        pre.kick()
+        pre.resume(req)
 
     def step_done(self, steps: int) -> None:
         """The decode instance completed ``steps`` steps; the planned chunk

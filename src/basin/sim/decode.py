@@ -78,6 +78,10 @@ class DecodeInstance:
         self.index = index
         self.capacity = profile.kv_tokens
         self.used = 0
+        #: Requests in the wait heap, cancelled ones included until they reach
+        #: its head: counted where the heap changes, so that the router reads
+        #: a field of each instance rather than the list (ROUTER-LOAD).
+        self.waiting = 0
         self.wait: list[Queued] = []
         #: Memory lent as prefix cache (BASIN); decode allocations reclaim it first.
         self.lending: LentMemory | None = None
@@ -121,6 +125,7 @@ class DecodeInstance:
     def request_memory(self, req: Request) -> None:
         req.decode = self
         heappush(self.wait, Queued(self._sort_key(req), req))
+        self.waiting += 1
         self.admit_waiting()
 
     def set_ordered(self, ordered: bool) -> None:
@@ -154,6 +159,7 @@ class DecodeInstance:
             req = wait[0].req
             if req.cancelled:
                 heappop(wait)
+                self.waiting -= 1
                 continue
             need = req.prompt + req.generated + self.reserve_out
             if need > self.free_tokens:
@@ -167,6 +173,7 @@ class DecodeInstance:
                             f"+ {self.reserve_out} reserved), more than the instance's {self.capacity}")
                     break
             heappop(wait)
+            self.waiting -= 1
             self.used += need
             req.reserved = need
             self.reserved_idle += need
@@ -346,6 +353,7 @@ class DecodeInstance:
         victim.generated += ran
         victim.retractions += 1
         heappush(self.wait, Queued(self._sort_key(victim), victim))
+        self.waiting += 1
 
     # ---------------------------------------------------------------- checks
     def check(self, reserved_idle: int | None = None) -> None:
@@ -370,6 +378,8 @@ class DecodeInstance:
         require(held == self.used, "RESERVE-BALANCE", f"{self.used} tokens used, {held} held by requests")
         require(0 <= self.used <= self.capacity, "CAP-DECODE", f"{self.used} used of {self.capacity}")
         require(ctx == self.ctx_sum, "BATCH", f"context sum {self.ctx_sum} != {ctx}")
+        require(self.waiting == len(self.wait), "ROUTER-LOAD",
+                f"decode {self.index}: {self.waiting} counted waiting, {len(self.wait)} in the wait heap")
         require(growing == self.n_growing, "BATCH", f"{self.n_growing} growing counted, {growing} flagged")
         ends: dict[Request, int] = {}
         for due in self.finish_heap:
@@ -388,10 +398,6 @@ class DecodeInstance:
     @property
     def decoding_tokens(self) -> int:
         return self.used - self.reserved_idle
-
-    @property
-    def waiting(self) -> int:
-        return len(self.wait)
 
     def live_waiting(self) -> int:
         """Requests waiting for memory that are still wanted (a cancelled one

@@ -15,7 +15,9 @@ Names in use: ``TREE``, ``ACCOUNTING``, ``CAP-DEVICE``, ``CAP-HOST``,
 (a prefill's load-back matches what its allocation covered,
 :mod:`basin.sim.prefill`); ``RESERVE-BALANCE``, ``CAP-DECODE``, ``BATCH`` and
 ``STAY`` (a decode heap entry acts only on the stay in the batch that pushed
-it; decode memory, :mod:`basin.sim.decode`); ``LEASE`` (prefill borrowing);
+it; decode memory, :mod:`basin.sim.decode`); ``ROUTER-LOAD`` (the counts
+the routers read, a prefill instance's queued and running requests and a
+decode instance's waiting ones, are what its lists hold); ``LEASE`` (prefill borrowing);
 ``LIVE-PREFILL-FITS`` and ``LIVE-DECODE-FITS`` (liveness: a request larger
 than its instance, raised as :class:`RequestNeverFits`).
 """

@@ -26,7 +26,7 @@ from basin.catalog import PrefillProfile
 from basin.sim.cache import MatchResult, RadixCache
 from basin.sim.costs import PrefillCosts
 from basin.sim.events import ENGINE, EventLoop
-from basin.sim.invariants import InvariantViolation, RequestNeverFits
+from basin.sim.invariants import InvariantViolation, RequestNeverFits, require
 from basin.sim.sessions import Queued, Request, queue_key
 
 
@@ -48,6 +48,10 @@ class PrefillInstance:
         # What the prefill router reads of every instance at every call comes
         # first (see DecodeInstance).
         self.index = index
+        #: Requests queued or running here, the cache-aware router's load:
+        #: counted where the two lists change, so that the router reads one
+        #: field of each instance rather than both lists (ROUTER-LOAD).
+        self.load_requests = 0
         self.queue: list[Queued] = []
         self.running: list[Request] = []
         self.cache = cache
@@ -89,6 +93,7 @@ class PrefillInstance:
             req.match = m
         heappush(self.queue, Queued(self._sort_key(req), req))
         self.queued_tokens += req.prompt
+        self.load_requests += 1
         if not self.busy:
             self._start_step()
 
@@ -110,6 +115,7 @@ class PrefillInstance:
                 self.queue.pop()
                 heapify(self.queue)
                 self.queued_tokens -= req.prompt
+                self.load_requests -= 1
                 if req.match is not None:
                     self.cache.unlock(req.match)
                     req.match = None
@@ -120,6 +126,13 @@ class PrefillInstance:
         """Memory was freed: resume if the head was waiting for the pool."""
         if not self.busy:
             self._start_step()
+
+    def resume(self, req: Request) -> None:
+        """Take back a started request whose prefill a decode instance had
+        borrowed (:mod:`basin.sim.borrow`): it runs here from where it is."""
+        self.running.append(req)
+        self.load_requests += 1
+        self.kick()
 
     # ----------------------------------------------------------------- steps
     def _begin(self, req: Request, now: float) -> bool:
@@ -237,7 +250,9 @@ class PrefillInstance:
             if req.remaining <= 0:
                 finished.append(req)
         if finished:
+            held = len(self.running)
             self.running = [r for r in self.running if r.remaining > 0]
+            self.load_requests -= held - len(self.running)
             for req in finished:
                 req.prefill_end_s = now
                 self.on_done(req)
@@ -291,6 +306,13 @@ class PrefillInstance:
     @property
     def backlog_tokens(self) -> int:
         return self.queued_tokens + sum(r.remaining for r in self.running)
+
+    def check(self) -> None:
+        """Verify ROUTER-LOAD: the load the router reads is the requests
+        queued and running here."""
+        held = len(self.queue) + len(self.running)
+        require(self.load_requests == held, "ROUTER-LOAD",
+                f"prefill {self.index}: load {self.load_requests}, {held} requests queued or running")
 
 
 def _host_part_loaded(m: MatchResult) -> bool:

@@ -23,10 +23,6 @@ BALANCE_REL: Final = 1.5
 MATCH_THRESHOLD: Final = 0.5
 
 
-def _load(inst: PrefillInstance) -> int:
-    return len(inst.queue) + len(inst.running)
-
-
 def choose_prefill(router: str, instances: list[PrefillInstance], req: Request) -> PrefillInstance:
     if len(instances) == 1:
         return instances[0]
@@ -39,15 +35,15 @@ def choose_prefill(router: str, instances: list[PrefillInstance], req: Request) 
     # function to call per instance); a tie goes to the lowest index.
     if router == "least-loaded":
         return _lowest(instances, [i.backlog_tokens for i in instances])
-    lo = hi = _load(instances[0])
+    lo = hi = instances[0].load_requests
     for j in range(1, len(instances)):  # min() and max() are generic lookups and calls, compiled
-        load = _load(instances[j])
+        load = instances[j].load_requests
         if load < lo:
             lo = load
         elif load > hi:
             hi = load
     if hi - lo > BALANCE_ABS_REQUESTS and hi > lo * BALANCE_REL:
-        return _lowest(instances, [_load(i) for i in instances])
+        return _lowest(instances, [i.load_requests for i in instances])
     # The longest match wins, then the shortest queue, then the first
     # instance; where even the longest covers less than MATCH_THRESHOLD of the
     # prompt, the instance whose cache holds the least.
@@ -97,7 +93,7 @@ def choose_prefill(router: str, instances: list[PrefillInstance], req: Request) 
 def _beats(inst: PrefillInstance, tokens: int, other: PrefillInstance, other_tokens: int) -> bool:
     """Whether ``inst``, coming after ``other``, takes its place as the
     cache-aware choice: a longer match, or as long with a shorter queue."""
-    return tokens > other_tokens or (tokens == other_tokens and _load(inst) < _load(other))
+    return tokens > other_tokens or (tokens == other_tokens and inst.load_requests < other.load_requests)
 
 
 def _lowest(instances: list[PrefillInstance], scores: list[int]) -> PrefillInstance:
@@ -110,12 +106,21 @@ def _lowest(instances: list[PrefillInstance], scores: list[int]) -> PrefillInsta
 
 
 def choose_decode(instances: list[DecodeInstance]) -> DecodeInstance:
-    # The most free memory beyond what waits for it; the lowest index on a tie.
+    # The most free memory beyond what waits for it; the lowest index on a
+    # tie. It is read of every instance at every call, so from the instance's
+    # own fields: its count of waiting requests, not its wait list (another
+    # object, and a cache miss apiece on a large deployment).
     best = instances[0]
-    best_free = best.free_tokens - best.waiting
+    best_free = _free_beyond_waiting(best)
     for j in range(1, len(instances)):
         d = instances[j]
-        free = d.free_tokens - d.waiting
+        free = _free_beyond_waiting(d)
         if free > best_free or (free == best_free and d.index < best.index):
             best, best_free = d, free
     return best
+
+
+def _free_beyond_waiting(d: DecodeInstance) -> int:
+    """DecodeInstance.free_tokens less the requests waiting for memory."""
+    lending = d.lending
+    return d.capacity - d.used - d.waiting - (lending.lent if lending is not None else 0)

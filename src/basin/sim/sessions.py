@@ -98,13 +98,18 @@ class SessionState:
         return self.next_call >= len(self.calls)
 
     def advance_key(self, k: int) -> list[Piece]:
-        """Make call ``k``'s key the session's own. Its cache cursor survives
-        only when the new key extends the old one (the usual agent turn)."""
-        key, extends = self._next_key(k)
-        if not extends:
+        """Make call ``k``'s key the session's own. The usual agent turn
+        extends the key in place and keeps the cache cursors: the previous
+        call, done by now, held the same list, and a copy would touch every
+        piece of the conversation at every call. Any other turn rebuilds the
+        key and drops the cursors."""
+        grown = self._turn_growth(k)
+        if grown < 0:
+            self.key = self.prompt_key(k)
             self.cursors = []
-        self.key = key
-        return key
+        elif grown:
+            self.key.append((_chunk_id(self.uid, k, _MERGED), grown))
+        return self.key
 
     def cursor_on(self, cache: RadixCache) -> KeyCursor | None:
         """Where the session's key was last walked in ``cache``, if anywhere."""
@@ -133,14 +138,14 @@ class SessionState:
             cursors.append(cursor)
 
     def prompt_key(self, k: int) -> list[Piece]:
-        """Cache key of call ``k``'s prompt, given the key of call ``k-1``."""
-        return self._next_key(k)[0]
-
-    def _next_key(self, k: int) -> tuple[list[Piece], bool]:
-        """Call ``k``'s key, and whether it extends the current key."""
+        """Cache key of call ``k``'s prompt, given the key of call ``k-1``
+        (a new list: the session's key is left as it is)."""
+        grown = self._turn_growth(k)
+        if grown >= 0:
+            return self.key + [(_chunk_id(self.uid, k, _MERGED), grown)] if grown else list(self.key)
         call = self.calls[k]
         if call.block_hashes is not None and self.block_tokens:
-            return self._block_key(k), False
+            return self._block_key(k)
         if k == 0 or not self.key:
             rec = self.record
             key: list[Piece] = []
@@ -150,20 +155,28 @@ class SessionState:
             rest = call.prompt_tokens - shared
             if rest:
                 key.append((_chunk_id(self.uid, k, _NEW), rest))
-            return key, False
+            return key
+        prev = self.calls[k - 1]
+        pieces = self.key + [(_chunk_id(self.uid, k - 1, _OUT), prev.output_tokens)]
+        key = _truncate(pieces, call.prompt_tokens - call.new_tokens)
+        if call.new_tokens:
+            key.append((_chunk_id(self.uid, k, _NEW), call.new_tokens))
+        return key
+
+    def _turn_growth(self, k: int) -> int:
+        """Tokens call ``k`` appends to the current key when it is the usual
+        agent turn (the previous call's whole context reused, its output and
+        the new suffix appended; 0 for neither), else -1: a first call, a
+        trace of block hashes, or a reuse of less than the whole context."""
+        call = self.calls[k]
+        if k == 0 or not self.key or (call.block_hashes is not None and self.block_tokens):
+            return -1
         prev = self.calls[k - 1]
         # Call.reused_tokens and Call.context_tokens, read as fields: the
         # properties are interpreted code, called twice for every call.
-        reused = call.prompt_tokens - call.new_tokens
-        if reused == prev.prompt_tokens + prev.output_tokens:
-            # The usual agent turn: previous output and the new suffix appended.
-            grown = prev.output_tokens + call.new_tokens
-            return (self.key + [(_chunk_id(self.uid, k, _MERGED), grown)] if grown else list(self.key)), True
-        pieces = self.key + [(_chunk_id(self.uid, k - 1, _OUT), prev.output_tokens)]
-        key = _truncate(pieces, reused)
-        if call.new_tokens:
-            key.append((_chunk_id(self.uid, k, _NEW), call.new_tokens))
-        return key, False
+        if call.prompt_tokens - call.new_tokens != prev.prompt_tokens + prev.output_tokens:
+            return -1
+        return prev.output_tokens + call.new_tokens
 
     def _block_key(self, k: int) -> list[Piece]:
         call = self.calls[k]
