@@ -10,6 +10,7 @@ import pytest
 from basin.catalog import load_deployment, load_hardware
 from basin.policy.base import Admission, ControlDecision, Policy
 from basin.policy.hicache import HiCachePolicy
+from basin.policy.registry import policy_class, policy_names
 from basin.sim.cache import RadixCache
 from basin.sim.decode import DecodeInstance
 from basin.sim.engine import Intervention, SimConfig, Simulator
@@ -290,10 +291,12 @@ def test_a_lower_tier_supplies_what_the_local_cache_lost():
     tiny.check()
 
 
-def test_a_run_leaves_no_cyclic_garbage_that_grows_with_its_length():
-    # engine.YOUNG_COLLECTION_THRESHOLD is high because a run frees what it
-    # makes by reference counting: were a per-call cycle to appear, a run
-    # would hold it until a rare collection, so this pins its absence.
+@pytest.mark.parametrize("system", policy_names())
+def test_a_run_leaves_no_cyclic_garbage_that_grows_with_its_length(system):
+    # The cyclic collector is off while a run is on (Simulator.run), because
+    # a run frees what it makes by reference counting: were a per-call cycle
+    # to appear under some system, a run would hold all of them until it
+    # ended, so this pins their absence under every system.
     import gc
 
     sessions = make_sessions(40, seed=5)
@@ -303,7 +306,7 @@ def test_a_run_leaves_no_cyclic_garbage_that_grows_with_its_length():
         gc.disable()
         try:
             sim = Simulator(config(make_arrivals(sessions, 6.0, duration_s, seed=6), duration_s=duration_s),
-                            HiCachePolicy())
+                            policy_class(system)())
             sim.run()
             return gc.collect()  # the simulator is still referenced: only garbage counts
         finally:
@@ -315,7 +318,7 @@ def test_a_run_leaves_no_cyclic_garbage_that_grows_with_its_length():
 
 
 def test_a_run_gives_back_the_garbage_collector_as_it_found_it():
-    # A run tunes the cyclic collector for its length (engine.YOUNG_COLLECTION_THRESHOLD);
+    # A run turns the cyclic collector off for its length (Simulator.run);
     # the process's settings and its unfrozen objects come back afterwards, also on failure.
     import gc
 
@@ -324,8 +327,15 @@ def test_a_run_gives_back_the_garbage_collector_as_it_found_it():
     gc.set_threshold(900, 11, 12)
     try:
         frozen = gc.get_freeze_count()
+        seen: list[bool] = []
+        Simulator(config(make_arrivals(sessions, 6.0, 300.0, seed=6), duration_s=300.0), HiCachePolicy(),
+                  on_sample=lambda sim, minute: seen.append(gc.isenabled())).run()
+        assert seen and not any(seen)  # off while the run is on
+        assert gc.isenabled() and gc.get_threshold() == (900, 11, 12) and gc.get_freeze_count() == frozen
+        gc.disable()  # a process that keeps it off finds it off
         Simulator(config(make_arrivals(sessions, 6.0, 300.0, seed=6), duration_s=300.0), HiCachePolicy()).run()
-        assert gc.get_threshold() == (900, 11, 12) and gc.get_freeze_count() == frozen
+        assert not gc.isenabled()
+        gc.enable()
 
         def fail(sim: Simulator, minute: int) -> None:
             raise RuntimeError("stop")
@@ -333,7 +343,7 @@ def test_a_run_gives_back_the_garbage_collector_as_it_found_it():
         with pytest.raises(RuntimeError, match="stop"):
             Simulator(config(make_arrivals(sessions, 6.0, 300.0, seed=6), duration_s=300.0), HiCachePolicy(),
                       on_sample=fail).run()
-        assert gc.get_threshold() == (900, 11, 12) and gc.get_freeze_count() == frozen
+        assert gc.isenabled() and gc.get_threshold() == (900, 11, 12) and gc.get_freeze_count() == frozen
         gc.freeze()  # a process's own freeze stays as it is
         held = gc.get_freeze_count()
         Simulator(config(make_arrivals(sessions, 6.0, 300.0, seed=6), duration_s=300.0), HiCachePolicy()).run()

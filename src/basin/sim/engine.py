@@ -26,7 +26,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -46,15 +46,6 @@ from basin.sim.sessions import Request, SessionState
 from basin.workload.arrivals import SessionArrival
 from basin.workload.records import Session
 from basin.workload.reference import unloaded_references_s
-
-#: Allocations, net of frees, between two collections of the youngest
-#: generation while a run is on (Python's default is 700). A run makes almost
-#: no cyclic garbage (a few hundred objects under each system measured), so
-#: a collection finds nothing and only walks the objects that survived since
-#: the last one: the cache's nodes, which a larger deployment holds more of
-#: and which live long enough to outlast a small threshold. At 500,000 an hour
-#: of 8P24D sees one or two collections instead of about forty.
-YOUNG_COLLECTION_THRESHOLD: Final = 500_000
 
 
 class EngineSwitchError(ValueError):
@@ -167,29 +158,34 @@ class Simulator:
 
     # ================================================================== run
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
-        # The run allocates millions of short-lived objects, and the cyclic
-        # collector's passes over everything already alive (the workload's
-        # calls, the imports) cost a fifth of a run. For the run's length the
-        # objects that existed before it are left out of those passes and the
-        # youngest generation is collected less often; both are restored after.
-        # Nothing the run computes depends on when garbage is collected. At
-        # the end the run's survivors (its tables and state, up to half a
-        # million objects since the last young collection) join the frozen set
-        # before the threshold is restored, so that the next young collection
-        # does not walk them all at once (90 ms for a surge-1p3d run); when the
-        # run froze, it then thaws everything into the oldest generation. A
-        # process that froze objects itself keeps its freeze, with the run's
-        # survivors in it until it thaws them.
-        threshold = gc.get_threshold()
+        # The run allocates millions of short-lived objects, all freed by
+        # reference counting: a run makes no cyclic garbage that grows with it
+        # (a few hundred objects under each system; tests/test_sim_engine.py
+        # pins it for every system). The cyclic collector would find nothing,
+        # and its passes walk what is alive: the workload's calls and the
+        # imports (a fifth of a run, before they were frozen), then the cache
+        # nodes and keys the run builds up, which a larger deployment holds
+        # more of (one young collection of an hour of 8P24D walked 500,000
+        # of them in 0.2 s, 5% of the run). So the collector is off while the
+        # run is on, and what existed before it is frozen; both are restored
+        # after, also when the run fails. At the end the run's survivors (its
+        # tables and state) join the frozen set before the collector is back,
+        # so that the next young collection does not walk them all at once
+        # (90 ms for a surge-1p3d run); when the run froze, it then thaws
+        # everything into the oldest generation. A process that froze objects
+        # itself keeps its freeze, with the run's survivors in it until it
+        # thaws them.
+        collecting = gc.isenabled()
         freeze = gc.get_freeze_count() == 0
         if freeze:
             gc.freeze()
-        gc.set_threshold(max(threshold[0], YOUNG_COLLECTION_THRESHOLD), *threshold[1:])
+        gc.disable()
         try:
             return self._run(progress)
         finally:
             gc.freeze()
-            gc.set_threshold(*threshold)
+            if collecting:
+                gc.enable()
             if freeze:
                 gc.unfreeze()
 
