@@ -399,3 +399,36 @@ def test_run_scenario_gives_back_the_garbage_collector_as_it_found_it():
     finally:
         (gc.enable if was else gc.disable)()
         gc.set_threshold(*before)
+
+
+def test_a_disposed_run_leaves_no_tree_request_or_session_for_the_collector():
+    # Simulator.dispose unlinks what a run built, so that reference counting
+    # frees it when the simulator goes; a collection afterwards finds none of
+    # it (only the simulator's own small cycle with its driver and config).
+    import gc
+    from collections import Counter
+
+    sessions = make_sessions(40, seed=5)
+
+    def garbage(dispose: bool) -> Counter[str]:
+        gc.collect()
+        sim = Simulator(config(make_arrivals(sessions, 8.0, 1200.0, seed=6), duration_s=1200.0), HiCachePolicy())
+        result = sim.run()
+        if dispose:
+            sim.dispose()
+        del sim
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            gc.collect()
+            return Counter(type(o).__name__ for o in gc.garbage)
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            assert len(result.calls["session_uid"]) > 100  # the result outlives its simulator
+
+    kept, disposed = garbage(False), garbage(True)
+    state = ("_Candidate", "Request", "SessionState", "KeyCursor")
+    assert kept["_Node"] > 100 and kept["SessionState"] > 10, kept
+    assert not any(disposed[t] for t in state), disposed
+    assert disposed["_Node"] <= 1, disposed  # the one cache's empty root, held by the simulator's own cycle
+    assert sum(disposed.values()) < sum(kept.values()) / 3, (kept.most_common(5), disposed.most_common(5))

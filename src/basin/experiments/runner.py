@@ -405,7 +405,9 @@ def _simulate(scenario: Scenario, system: str, params: dict[str, object], policy
         reserve_at_prefill_completion=scenario.engine.reserve_at_prefill_completion,
         seed=scenario.seed,
     )
-    result = Simulator(config, policy).run(progress)
+    sim = Simulator(config, policy)
+    result = sim.run(progress)
+    sim.dispose()  # its state is freed now, not at a full collection (see Simulator.dispose)
     trigger = scenario.trigger_min
     summary = summarize_run(
         result.calls, result.sessions, result.timeseries,

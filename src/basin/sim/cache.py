@@ -716,6 +716,22 @@ class RadixCache:
     def _key_tokens(key: Key) -> int:
         return sum(n for _, n in key)
 
+    def dispose(self) -> None:
+        """Unlink every node from its parent and children, and drop the
+        eviction heaps: a node and its parent refer to each other, so a
+        tree left linked is freed only by a full collection. The cache is
+        empty and unusable after."""
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.all_children())
+            node.parent = None
+            node.children = _NO_CHILDREN
+            node.next = None
+        self._dev_heap = []
+        self._host_heap = []
+        self._state_heap = []
+
     # -------------------------------------------------------------- checks
     def nodes(self) -> Iterator[_Node]:
         stack = self.root.all_children()

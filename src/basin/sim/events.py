@@ -119,6 +119,11 @@ class EventLoop:
                        [args[i] for i in order])
         batch.push(0)
 
+    def discard_pending(self) -> None:
+        """Drop every pending event (a finished run's owner giving its state back)."""
+        self._heap = []
+        self._client = []
+
     @property
     def next_event_s(self) -> float | None:
         """Time of the earliest pending event (lazily cancelled ones included),
