@@ -401,10 +401,11 @@ def test_run_scenario_gives_back_the_garbage_collector_as_it_found_it():
         gc.set_threshold(*before)
 
 
-def test_a_disposed_run_leaves_no_tree_request_or_session_for_the_collector():
-    # Simulator.dispose unlinks what a run built, so that reference counting
-    # frees it when the simulator goes; a collection afterwards finds none of
-    # it (only the simulator's own small cycle with its driver and config).
+def test_a_disposed_run_leaves_almost_nothing_for_the_collector():
+    # Simulator.dispose unlinks what a run built and what refers back to the
+    # simulator, so that reference counting frees the lot, its configuration
+    # and arrivals included, when the simulator goes; a collection afterwards
+    # finds only a few objects (each instance and the handler it holds of itself).
     import gc
     from collections import Counter
 
@@ -427,8 +428,17 @@ def test_a_disposed_run_leaves_no_tree_request_or_session_for_the_collector():
             assert len(result.calls["session_uid"]) > 100  # the result outlives its simulator
 
     kept, disposed = garbage(False), garbage(True)
-    state = ("_Candidate", "Request", "SessionState", "KeyCursor")
-    assert kept["_Node"] > 100 and kept["SessionState"] > 10, kept
+    assert kept["_Node"] > 100 and kept["SessionState"] > 10 and kept["Simulator"] == 1, kept
+    state = ("Simulator", "SimConfig", "SessionArrival", "_Candidate", "Request", "SessionState", "KeyCursor")
     assert not any(disposed[t] for t in state), disposed
-    assert disposed["_Node"] <= 1, disposed  # the one cache's empty root, held by the simulator's own cycle
-    assert sum(disposed.values()) < sum(kept.values()) / 3, (kept.most_common(5), disposed.most_common(5))
+    assert disposed["_Node"] <= 1, disposed  # the one cache's empty root, held by its instance's own cycle
+    assert sum(disposed.values()) < 100, disposed
+
+
+def test_a_disposed_simulator_refuses_to_go_on():
+    sim = Simulator(config(make_arrivals(make_sessions(5, seed=5), 6.0, 120.0, seed=6), duration_s=120.0),
+                    HiCachePolicy())
+    sim.run()
+    sim.dispose()
+    with pytest.raises(RuntimeError, match="detached"):
+        sim.driver.host.admitted(1)

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Final, NoReturn, Protocol
 
 from basin.policy.base import Admission, ControlDecision, Policy, SessionInfo, Signals
 
@@ -70,6 +70,32 @@ class DriverHost(Protocol):
 
     def lending(self, on: bool) -> None:
         """Decode memory lent as cache or not (called at every tick)."""
+
+
+class _NoHost:
+    """The host of a detached driver: its engine is gone, so any word to it
+    is a mistake."""
+
+    def _gone(self) -> NoReturn:
+        raise RuntimeError("the policy driver was detached from its engine")
+
+    def engine_figures(self, now_s: float) -> EngineFigures:
+        self._gone()
+
+    def admitted(self, uid: int) -> None:
+        self._gone()
+
+    def shed(self, uid: int, reason: str) -> None:
+        self._gone()
+
+    def resumed(self, uid: int) -> None:
+        self._gone()
+
+    def ordering(self, on: bool) -> None:
+        self._gone()
+
+    def lending(self, on: bool) -> None:
+        self._gone()
 
 
 @dataclass(slots=True)
@@ -130,7 +156,7 @@ class Tracked:
 class PolicyDriver:
     def __init__(self, policy: Policy, host: DriverHost):
         self._take(policy)
-        self.host = host
+        self.host: DriverHost = host
         self.sessions: dict[int, Tracked] = {}
         #: Parked sessions in arrival order (a dict keeps insertion order).
         self.parked: dict[int, None] = {}
@@ -340,6 +366,12 @@ class PolicyDriver:
         if d.order_by_priority != self.ordered:
             self.ordered = d.order_by_priority
             self.host.ordering(self.ordered)
+
+    def detach(self) -> None:
+        """Let go of the host (its engine is done: the two refer to each
+        other, which would keep both for the cyclic collector); any later
+        word to the host raises."""
+        self.host = _NoHost()
 
     def switch_policy(self, policy: Policy, active: Sequence[SessionInfo], now_s: float) -> None:
         """Hand the running sessions to another policy (an intervention). The

@@ -26,7 +26,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NoReturn
 
 import numpy as np
 
@@ -96,6 +96,11 @@ class RunResult:
     cache_stats: list[dict[str, int]] = field(default_factory=list)
     #: Prefill computed on decode instances (empty without borrowing).
     borrow_stats: dict[str, int] = field(default_factory=dict)
+
+
+def _disposed(*_: object) -> NoReturn:
+    """The callbacks of a disposed simulator (see Simulator.dispose)."""
+    raise RuntimeError("the simulator was disposed of")
 
 
 class Simulator:
@@ -190,16 +195,16 @@ class Simulator:
                 gc.unfreeze()
 
     def dispose(self) -> None:
-        """Give back at once what a finished run built: its cache trees,
-        requests in flight and sessions (with their keys). They refer to each
-        other (a node and its parent, a request and the instance that queues
-        it, a session and its request in flight), so otherwise they wait for
-        a full collection, which a process running simulation after
-        simulation rarely makes: it carried every earlier run's state and
-        slowed down by up to a third. The simulator itself, its driver and
-        its configuration still refer to each other and wait for a
-        collection. The result of :meth:`run` stays valid; the simulator is
-        unusable after."""
+        """Give back at once what a finished run built and what refers back
+        to the simulator. A run's state refers to itself (a cache node and
+        its parent, a request and the instance that queues it, a session
+        and its request in flight, the simulator and the callbacks its
+        instances and driver hold), so otherwise all of it, the arrivals and
+        the workload's records included, waits for a full collection, which
+        a process running simulation after simulation rarely makes: it
+        carried every earlier run's state and slowed down by up to a third.
+        The result of :meth:`run` stays valid; the simulator is unusable
+        after (its callbacks and its driver's host raise)."""
         self.loop.discard_pending()
         for p in self.prefills:
             p.cache.dispose()
@@ -219,6 +224,22 @@ class Simulator:
             s.cursors = []
         self.sessions = []
         self.active = set()
+        # What refers back to the simulator: the instances' callbacks, the
+        # handlers it holds of itself, its driver. Without these it is freed
+        # when its owner lets it go, and its configuration (the arrivals, so
+        # the workload's records) with it.
+        for p in self.prefills:
+            p.on_done = _disposed
+        for d in self.decodes:
+            d.on_reserved = _disposed
+            d.on_finished = _disposed
+            d.held_by_prefill = _disposed
+        self._transferred_handler = _disposed
+        self._issue_handler = _disposed
+        self._prefill_holds_handler = _disposed
+        self.driver.detach()
+        self.borrowing = None
+        self.lent_tier = None
         self.prefills = []
         self.decodes = []
 
