@@ -28,11 +28,11 @@ def cost_per_call_us(deployment: str, units: int, duration_min: float) -> tuple[
     overrides = [f"deployment={deployment}", f"duration_min={duration_min}", f"measure_end_min={duration_min}",
                  "surge.factor=1.0", f"arrivals.base_per_min={rate}", f"workload.sessions={4000 * units}"]
     scenario = load_scenario("surge-1p3d", overrides)
-    # A finished run's state is cyclic garbage (cache trees, sessions and the
-    # simulator's callbacks refer to each other) that no collection reaches
-    # while runs go on; left in place, it made each later case up to a third
-    # slower than in a fresh process. Every case starts from a collected heap
-    # (not timed), so each costs what it costs on its own.
+    # Every case starts from a collected heap (not timed), so that none pays
+    # for garbage an earlier one left: before run_scenario disposed of its
+    # simulator (Simulator.dispose), a run's state was cyclic garbage that no
+    # collection reached while runs went on, and each later case ran up to a
+    # third slower than in a fresh process.
     gc.collect()
     start = time.process_time()
     run = run_scenario(scenario, "hicache")

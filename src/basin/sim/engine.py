@@ -206,10 +206,15 @@ class Simulator:
         The result of :meth:`run` stays valid; the simulator is unusable
         after (its callbacks and its driver's host raise)."""
         self.loop.discard_pending()
+        # The instances' state, and what of theirs refers back to the
+        # simulator (its callbacks; its own handlers and its driver below):
+        # without these it is freed when its owner lets it go, and its
+        # configuration (the arrivals, so the workload's records) with it.
         for p in self.prefills:
             p.cache.dispose()
             p.queue = []
             p.running = []
+            p.on_done = _disposed
         for d in self.decodes:
             d.wait = []
             d.batch = set()
@@ -217,6 +222,9 @@ class Simulator:
             d.finish_heap = []
             d.cross_heap = []
             d.borrower = None
+            d.on_reserved = _disposed
+            d.on_finished = _disposed
+            d.held_by_prefill = _disposed
         for s in self.sessions:
             s.inflight = None
             s.pin = None
@@ -224,16 +232,6 @@ class Simulator:
             s.cursors = []
         self.sessions = []
         self.active = set()
-        # What refers back to the simulator: the instances' callbacks, the
-        # handlers it holds of itself, its driver. Without these it is freed
-        # when its owner lets it go, and its configuration (the arrivals, so
-        # the workload's records) with it.
-        for p in self.prefills:
-            p.on_done = _disposed
-        for d in self.decodes:
-            d.on_reserved = _disposed
-            d.on_finished = _disposed
-            d.held_by_prefill = _disposed
         self._transferred_handler = _disposed
         self._issue_handler = _disposed
         self._prefill_holds_handler = _disposed

@@ -107,20 +107,13 @@ def _lowest(instances: list[PrefillInstance], scores: list[int]) -> PrefillInsta
 
 def choose_decode(instances: list[DecodeInstance]) -> DecodeInstance:
     # The most free memory beyond what waits for it; the lowest index on a
-    # tie. It is read of every instance at every call, so from the instance's
-    # own fields: its count of waiting requests, not its wait list (another
-    # object, and a cache miss apiece on a large deployment).
+    # tie. The waiting requests are the instance's own count, not its wait
+    # list (another object, and a cache miss apiece on a large deployment).
     best = instances[0]
-    best_free = _free_beyond_waiting(best)
+    best_free = best.free_tokens - best.waiting
     for j in range(1, len(instances)):
         d = instances[j]
-        free = _free_beyond_waiting(d)
+        free = d.free_tokens - d.waiting
         if free > best_free or (free == best_free and d.index < best.index):
             best, best_free = d, free
     return best
-
-
-def _free_beyond_waiting(d: DecodeInstance) -> int:
-    """DecodeInstance.free_tokens less the requests waiting for memory."""
-    lending = d.lending
-    return d.capacity - d.used - d.waiting - (lending.lent if lending is not None else 0)

@@ -105,7 +105,7 @@ class SessionState:
         key and drops the cursors."""
         grown = self._turn_growth(k)
         if grown < 0:
-            self.key = self.prompt_key(k)
+            self.key = self._rebuilt_key(k)
             self.cursors = []
         elif grown:
             self.key.append((_chunk_id(self.uid, k, _MERGED), grown))
@@ -143,6 +143,12 @@ class SessionState:
         grown = self._turn_growth(k)
         if grown >= 0:
             return self.key + [(_chunk_id(self.uid, k, _MERGED), grown)] if grown else list(self.key)
+        return self._rebuilt_key(k)
+
+    def _rebuilt_key(self, k: int) -> list[Piece]:
+        """Call ``k``'s key when its turn is not the usual one (see
+        :meth:`_turn_growth`): keyed by its block hashes, fresh, or the
+        current key cut where the reuse ends and a new chunk after it."""
         call = self.calls[k]
         if call.block_hashes is not None and self.block_tokens:
             return self._block_key(k)
