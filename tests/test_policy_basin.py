@@ -9,7 +9,7 @@ from basin.policy.base import Admission, SessionInfo, Signals
 from basin.policy.basin import BasinParams, BasinPolicy, BasinPriorPolicy, CliffSummary
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
-from basin.sim.lending import LendingConfig, LentMemory
+from basin.sim.lending import LendingConfig
 from basin.sim.sessions import Request, SessionState
 from basin.workload.records import Call, Session
 
@@ -167,8 +167,8 @@ def test_lent_memory_never_takes_what_a_decode_allocation_needs():
     reserved: list[int] = []
     dec = DecodeInstance(0, hw.decode.model_copy(update={"kv_tokens": 100_000}), 0.05, loop,
                          lambda r: reserved.append(r.session.uid), lambda r: None)
-    dec.lending = LentMemory(100_000, LendingConfig(cap_fraction=0.5))
-    assert dec.lending.adopt(7, 40_000, dec.free_beyond_demand())
+    dec.lend(LendingConfig(cap_fraction=0.5))
+    assert dec.lending is not None and dec.lending.adopt(7, 40_000, dec.free_beyond_demand())
     assert dec.lending.adopt(8, 40_000, dec.free_beyond_demand()) is False  # over the cap
     assert dec.lending.adopt(8, 9_000, dec.free_beyond_demand())
     session = Session("x", (Call(80_000, 80_000, 10),))
@@ -178,6 +178,7 @@ def test_lent_memory_never_takes_what_a_decode_allocation_needs():
     assert reserved == [1]
     assert dec.used + dec.lent <= dec.capacity
     assert dec.lending.reclaimed >= 1
+    dec.check()  # ROUTER-ROOM: the router saw the units come and go
 
 
 def _engaged_with_parked(**kw):

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
 from basin.sim.invariants import InvariantViolation, RequestNeverFits
+from basin.sim.lending import LendingConfig
 
 from .helpers import HW, request
 
@@ -187,6 +188,39 @@ def test_the_waiting_count_the_router_reads_follows_the_wait_heap():
     with pytest.raises(InvariantViolation) as err:
         bench.dec.check()
     assert err.value.invariant == "ROUTER-LOAD"
+
+
+def test_the_room_the_router_reads_is_posted_before_every_callback():
+    """ROUTER-ROOM: through reservations, waiting, growth, retraction, finishes
+    and lent memory coming and going, the instance's slot of the router's
+    list is its free memory less its waiting requests whenever the engine
+    hears from it (a finish may route the next call at once)."""
+    bench, a, b = _two_growing()
+    dec = bench.dec
+    seen: list[int] = []
+
+    def posted(req) -> None:
+        assert dec.room[dec.index] == dec.free_tokens - dec.waiting
+        seen.append(dec.room[dec.index])
+
+    reserved, finished = bench._reserved, bench._finished
+    dec.on_reserved = lambda r: (posted(r), reserved(r))
+    dec.on_finished = lambda r: (posted(r), finished(r))
+    units = dec.lend(LendingConfig(cap_fraction=0.5))
+    assert units.adopt(99, 300, dec.free_beyond_demand())
+    assert dec.room == [2000 - 300]
+    bench.submit(a, b)
+    c = request(3, 1200, output=10)  # waits, then reclaims the unit when it fits
+    dec.request_memory(c)
+    assert dec.room == [dec.free_tokens - 1]
+    bench.loop.run(1e6)
+    assert sorted(r.session.uid for r in bench.finished) == [1, 2, 3] and b.retractions == 1
+    assert len(seen) >= 6 and dec.room == [2000] and units.lent == 0
+    dec.check(reserved_idle=0)
+    dec.room[0] -= 1
+    with pytest.raises(InvariantViolation) as err:
+        dec.check()
+    assert err.value.invariant == "ROUTER-ROOM"
 
 
 def test_idle_reservations_are_accounted_until_the_join():

@@ -136,8 +136,10 @@ class EmulatedEngine:
                             self.loop, self._prefill_done)
             for i in range(deployment.prefill_instances)
         ]
+        self.decode_room = [0] * deployment.decode_instances
         self.decodes = [
-            DecodeInstance(i, hardware.decode, hardware.itl_slo_s, self.loop, self._decode_reserved, self._finished)
+            DecodeInstance(i, hardware.decode, hardware.itl_slo_s, self.loop, self._decode_reserved, self._finished,
+                           self.decode_room)
             for i in range(deployment.decode_instances)
         ]
         # The engine runs with priority scheduling on: equal priorities keep arrival order.
@@ -211,7 +213,7 @@ class EmulatedEngine:
         prefill = choose_prefill(self.deployment.router, self.prefills, req)
         state.last_prefill = prefill.index
         req.prefill = prefill
-        decode = choose_decode(self.decodes)
+        decode = choose_decode(self.decode_room, self.decodes)
         req.decode = decode
         if self.reserve_at_completion:
             prefill.enqueue(req)
@@ -353,9 +355,8 @@ class EmulatedEngine:
         config = LendingConfig(cap_fraction=self.lend_cap_fraction)
         memories: list[LentMemory] = []
         for d in self.decodes:
-            d.lending = LentMemory(d.capacity, config)
+            memories.append(d.lend(config))
             d.held_by_prefill = self._prefill_holds
-            memories.append(d.lending)
         self.lent_tier = LentTier(memories, config)
         for p in self.prefills:
             p.lower_tiers.append(self.lent_tier)

@@ -36,7 +36,7 @@ from basin.catalog import DecodeProfile
 from basin.sim.costs import DecodeCosts
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.invariants import RequestNeverFits, require
-from basin.sim.lending import LentMemory
+from basin.sim.lending import LendingConfig, LentMemory
 from basin.sim.sessions import Queued, Request, queue_key
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class _Due:
 class DecodeInstance:
     def __init__(self, index: int, profile: DecodeProfile, itl_slo_s: float, loop: EventLoop,
                  on_reserved: Callable[[Request], None],
-                 on_finished: Callable[[Request], None]):
+                 on_finished: Callable[[Request], None], room: list[int] | None = None):
         # What the decode router reads of every instance at every call comes
         # first: compiled, attributes lie in the order they are first set, so
         # these share a cache line or two.
@@ -85,6 +85,12 @@ class DecodeInstance:
         self.wait: list[Queued] = []
         #: Memory lent as prefix cache (BASIN); decode allocations reclaim it first.
         self.lending: LentMemory | None = None
+        #: What the decode router compares, slot ``index`` of a list the
+        #: engine's decode instances share: free memory less the waiting
+        #: requests, posted before anything else can read it (ROUTER-ROOM).
+        #: The router scans one list of numbers, not every instance: on a
+        #: large deployment each instance read was a cache miss.
+        self.room = room if room is not None else [0] * (index + 1)
         self.profile = profile
         self.costs = DecodeCosts(profile)
         self.itl_slo_s = itl_slo_s
@@ -117,10 +123,22 @@ class DecodeInstance:
         self.borrower: PrefillBorrower | None = None
         self.step_extra_s = 0.0
         self.held_by_prefill: Callable[[int, int], bool] = lambda uid, tokens: False
+        self.post_room()
 
     # ------------------------------------------------------------ reservation
     def _sort_key(self, req: Request) -> float:
         return queue_key(req, self.ordered)
+
+    def post_room(self) -> None:
+        """Post this instance's free memory less its waiting requests to the
+        router's list: after every change of either, before any callback."""
+        self.room[self.index] = self.capacity - self.used - self.lent - self.waiting
+
+    def lend(self, config: LendingConfig) -> LentMemory:
+        """Start lending this instance's free memory as prefix cache."""
+        self.lending = LentMemory(self.capacity, config, self.post_room)
+        self.post_room()
+        return self.lending
 
     def request_memory(self, req: Request) -> None:
         req.decode = self
@@ -177,7 +195,9 @@ class DecodeInstance:
             self.used += need
             req.reserved = need
             self.reserved_idle += need
+            self.post_room()
             self.on_reserved(req)
+        self.post_room()
 
     def release_reservation(self, req: Request) -> None:
         """A request that reserved memory but will never decode gives it back."""
@@ -310,6 +330,7 @@ class DecodeInstance:
         cap = self.max_running
         while self.pending and len(self.batch) < cap:
             self._add(self.pending.pop(0))
+        self.post_room()
         for req in finished:
             req.finished_s = now
             req.session.decode_steps += req.decode_steps
@@ -380,6 +401,9 @@ class DecodeInstance:
         require(ctx == self.ctx_sum, "BATCH", f"context sum {self.ctx_sum} != {ctx}")
         require(self.waiting == len(self.wait), "ROUTER-LOAD",
                 f"decode {self.index}: {self.waiting} counted waiting, {len(self.wait)} in the wait heap")
+        require(self.room[self.index] == self.free_tokens - self.waiting, "ROUTER-ROOM",
+                f"decode {self.index}: room {self.room[self.index]} posted, "
+                f"{self.free_tokens} free less {self.waiting} waiting")
         require(growing == self.n_growing, "BATCH", f"{self.n_growing} growing counted, {growing} flagged")
         ends: dict[Request, int] = {}
         for due in self.finish_heap:

@@ -126,9 +126,11 @@ class Simulator:
             )
             for i in range(dep.prefill_instances)
         ]
+        #: What the decode router reads of each instance (DecodeInstance.room).
+        self.decode_room = [0] * dep.decode_instances
         self.decodes = [
             DecodeInstance(i, hw.decode, hw.itl_slo_s, self.loop,
-                           self._decode_reserved, self._call_finished)
+                           self._decode_reserved, self._call_finished, self.decode_room)
             for i in range(dep.decode_instances)
         ]
         # Decode instances run prefill chunks under an ITL lease (Crossflow).
@@ -366,7 +368,7 @@ class Simulator:
         s.last_prefill = prefill.index
         s.placed_on |= 1 << prefill.index
         req.prefill = prefill
-        decode = choose_decode(self.decodes)
+        decode = choose_decode(self.decode_room, self.decodes)
         req.decode = decode
         if self.reserve_at_completion:
             prefill.enqueue(req)
@@ -518,8 +520,7 @@ class Simulator:
             lending = LendingConfig(cap_fraction=needs.lend_cap_fraction)
             memories: list[LentMemory] = []
             for d in self.decodes:
-                d.lending = LentMemory(d.capacity, lending)
-                memories.append(d.lending)
+                memories.append(d.lend(lending))
                 d.held_by_prefill = self._prefill_holds
             self.lent_tier = LentTier(memories, lending)
             for p in self.prefills:

@@ -34,9 +34,13 @@ class LendingConfig:
 class LentMemory:
     """The units one decode instance holds, in least-recently-used order."""
 
-    def __init__(self, capacity_tokens: int, config: LendingConfig):
+    def __init__(self, capacity_tokens: int, config: LendingConfig,
+                 on_change: Callable[[], None] | None = None):
         self.capacity = capacity_tokens
         self.config = config
+        #: Told after every change of ``lent`` (its decode instance posts its
+        #: free memory for the router).
+        self.on_change = on_change
         self.units: OrderedDict[int, int] = OrderedDict()  # session uid -> tokens
         self.lent = 0
         self.adopted = 0
@@ -51,7 +55,13 @@ class LentMemory:
 
     def drop(self, uid: int) -> None:
         tokens = self.units.pop(uid, 0)
-        self.lent -= tokens
+        if tokens:
+            self.lent -= tokens
+            self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def adopt(self, uid: int, tokens: int, free_beyond_demand: int) -> bool:
         """Keep a session's prompt as a unit if the headroom rules allow."""
@@ -66,6 +76,7 @@ class LentMemory:
         self.units[uid] = tokens
         self.lent += tokens
         self.adopted += 1
+        self._changed()
         return True
 
     def reclaim(self, tokens: int, held_by_prefill: Callable[[int, int], bool]) -> int:
@@ -83,6 +94,8 @@ class LentMemory:
                 self.lent -= n
                 freed += n
                 self.reclaimed += 1
+        if freed:
+            self._changed()
         return freed
 
     def maintain(self, free_beyond_demand: int, held_by_prefill: Callable[[int, int], bool]) -> int:

@@ -105,15 +105,16 @@ def _lowest(instances: list[PrefillInstance], scores: list[int]) -> PrefillInsta
     return instances[best]
 
 
-def choose_decode(instances: list[DecodeInstance]) -> DecodeInstance:
-    # The most free memory beyond what waits for it; the lowest index on a
-    # tie. The waiting requests are the instance's own count, not its wait
-    # list (another object, and a cache miss apiece on a large deployment).
-    best = instances[0]
-    best_free = best.free_tokens - best.waiting
-    for j in range(1, len(instances)):
-        d = instances[j]
-        free = d.free_tokens - d.waiting
-        if free > best_free or (free == best_free and d.index < best.index):
-            best, best_free = d, free
-    return best
+def choose_decode(room: list[int], instances: list[DecodeInstance]) -> DecodeInstance:
+    """The instance with the most free memory beyond what waits for it, the
+    lowest index on a tie. ``room`` is what the instances post of it
+    (:meth:`DecodeInstance.post_room`), slot ``i`` for ``instances[i]``."""
+    best = 0
+    best_room = room[0]
+    j = 0
+    for free in room:
+        if free > best_room:
+            best = j
+            best_room = free
+        j += 1
+    return instances[best]
