@@ -22,6 +22,12 @@ def request(uid: int, prompt: int, output: int = 10, seq: int | None = None, key
 
 
 def prefill(index: int, cache_tokens: int = 1 << 20, loop: EventLoop | None = None,
-            on_done=None, page_tokens: int = 64) -> PrefillInstance:
+            on_done=None, page_tokens: int = 64, loads: list[int] | None = None) -> PrefillInstance:
     return PrefillInstance(index, HW.prefill, RadixCache(cache_tokens, page_tokens=page_tokens),
-                           loop or EventLoop(), on_done or (lambda r: None))
+                           loop or EventLoop(), on_done or (lambda r: None), loads)
+
+
+def prefills(n: int, **kw) -> list[PrefillInstance]:
+    """``n`` prefill instances posting their loads to one list (``[0].loads``), as an engine's do."""
+    loads = [0] * n
+    return [prefill(i, loads=loads, **kw) for i in range(n)]

@@ -11,7 +11,7 @@ from basin.sim.events import EventLoop
 from basin.sim.prefill import PrefillInstance
 from basin.sim.router import BALANCE_ABS_REQUESTS, choose_decode, choose_prefill
 
-from .helpers import HW, prefill, request
+from .helpers import HW, prefills, request
 
 
 def _cached(inst, key) -> None:
@@ -24,7 +24,7 @@ def _queue(inst, n: int) -> None:
     """Make ``inst`` look busy with ``n`` queued requests (routers read only
     the load the instance counts and the backlog)."""
     inst.queue = [(0.0, i, None) for i in range(n)]
-    inst.load_requests = n + len(inst.running)
+    inst.load_requests = inst.loads[inst.index] = n + len(inst.running)
     inst.check()
 
 
@@ -32,71 +32,71 @@ SYS = [("sys", 4096)]
 
 
 def test_a_single_instance_takes_everything():
-    only = [prefill(0)]
+    only = prefills(1)
     for router in ("cache-aware", "affinity", "least-loaded"):
-        assert choose_prefill(router, only, request(1, 100)) is only[0]
+        assert choose_prefill(router, only, only[0].loads, request(1, 100)) is only[0]
 
 
 def test_cache_aware_prefers_the_longest_cached_prefix():
-    insts = [prefill(i) for i in range(3)]
+    insts = prefills(3)
     _cached(insts[0], SYS)
     _cached(insts[2], SYS + [("u1", 1024)])
     req = request(1, 6144, key=SYS + [("u1", 1024), ("new", 1024)])
-    assert choose_prefill("cache-aware", insts, req) is insts[2]
+    assert choose_prefill("cache-aware", insts, insts[0].loads, req) is insts[2]
 
 
 def test_cache_aware_breaks_match_ties_by_load_then_index():
-    insts = [prefill(i) for i in range(3)]
+    insts = prefills(3)
     for inst in insts:
         _cached(inst, SYS)
     req = request(1, 5000, key=SYS + [("new", 904)])
-    assert choose_prefill("cache-aware", insts, req) is insts[0]
+    assert choose_prefill("cache-aware", insts, insts[0].loads, req) is insts[0]
     _queue(insts[0], 3)
     _queue(insts[1], 1)
     _queue(insts[2], 1)
-    assert choose_prefill("cache-aware", insts, req) is insts[1]
+    assert choose_prefill("cache-aware", insts, insts[0].loads, req) is insts[1]
 
 
 def test_cache_aware_with_poor_reuse_goes_where_the_cache_holds_least():
-    insts = [prefill(i) for i in range(3)]
+    insts = prefills(3)
     _cached(insts[0], [("other", 8192)])
     _cached(insts[1], SYS)  # holds 4096 of a 10000-token prompt: below half
     _cached(insts[2], [("x", 2048)])
     req = request(1, 10_000, key=SYS + [("new", 5904)])
-    assert choose_prefill("cache-aware", insts, req) is insts[2]
+    assert choose_prefill("cache-aware", insts, insts[0].loads, req) is insts[2]
 
 
 def test_cache_aware_falls_back_to_the_shortest_queue_when_badly_unbalanced():
-    insts = [prefill(i) for i in range(2)]
+    insts = prefills(2)
     _cached(insts[0], SYS + [("u1", 1024)])
     req = request(1, 5200, key=SYS + [("u1", 1024), ("new", 80)])
     _queue(insts[0], BALANCE_ABS_REQUESTS + 1)
-    assert choose_prefill("cache-aware", insts, req) is insts[1]
+    assert choose_prefill("cache-aware", insts, insts[0].loads, req) is insts[1]
     # Exactly the absolute margin is not imbalance: the cache decides.
     _queue(insts[0], BALANCE_ABS_REQUESTS)
-    assert choose_prefill("cache-aware", insts, req) is insts[0]
+    assert choose_prefill("cache-aware", insts, insts[0].loads, req) is insts[0]
     # A large absolute gap below the ratio (1.5x) is not imbalance either.
     _queue(insts[0], 120)
     _queue(insts[1], 81)
-    assert choose_prefill("cache-aware", insts, req) is insts[0]
+    assert choose_prefill("cache-aware", insts, insts[0].loads, req) is insts[0]
     _queue(insts[1], 79)
-    assert choose_prefill("cache-aware", insts, req) is insts[1]
+    assert choose_prefill("cache-aware", insts, insts[0].loads, req) is insts[1]
 
 
 def test_affinity_sticks_a_session_to_one_instance():
-    insts = [prefill(i) for i in range(3)]
+    insts = prefills(3)
     req = request(4, 100)
-    assert choose_prefill("affinity", insts, req) is insts[1]  # uid 4 mod 3
+    assert choose_prefill("affinity", insts, insts[0].loads, req) is insts[1]  # uid 4 mod 3
     assert req.session.last_prefill == 1
     _queue(insts[1], 100)
     _cached(insts[0], req.key)
-    assert choose_prefill("affinity", insts, req) is insts[1]
+    assert choose_prefill("affinity", insts, insts[0].loads, req) is insts[1]
     req.session.last_prefill = 2  # the engine records where the session went
-    assert choose_prefill("affinity", insts, req) is insts[2]
+    assert choose_prefill("affinity", insts, insts[0].loads, req) is insts[2]
 
 
 def test_least_loaded_picks_the_smallest_token_backlog():
-    insts = [prefill(i) for i in range(3)]
+    insts = prefills(3)
     insts[0].queued_tokens = 5000
     insts[1].queued_tokens = 3000
     insts[2].queued_tokens = 1000
@@ -104,9 +104,9 @@ def test_least_loaded_picks_the_smallest_token_backlog():
     running.remaining = 2500
     insts[2].running = [running]  # backlog 3500: more than instance 1
     req = request(1, 100)
-    assert choose_prefill("least-loaded", insts, req) is insts[1]
+    assert choose_prefill("least-loaded", insts, insts[0].loads, req) is insts[1]
     insts[0].queued_tokens = 3000
-    assert choose_prefill("least-loaded", insts, req) is insts[0]  # tie: lower index
+    assert choose_prefill("least-loaded", insts, insts[0].loads, req) is insts[0]  # tie: lower index
 
 
 def _decode(index: int, room: list[int]) -> DecodeInstance:
@@ -133,10 +133,10 @@ def test_decode_goes_to_the_most_free_memory_net_of_waiting_requests():
 
 @pytest.mark.parametrize("router", ["cache-aware", "affinity", "least-loaded"])
 def test_routing_has_no_side_effects_on_the_caches(router):
-    insts = [prefill(i) for i in range(2)]
+    insts = prefills(2)
     _cached(insts[0], SYS)
     before = [(i.cache.device_used, len(list(i.cache.nodes())), i.cache.stats.queried_tokens) for i in insts]
-    choose_prefill(router, insts, request(1, 5000, key=SYS + [("new", 904)]))
+    choose_prefill(router, insts, insts[0].loads, request(1, 5000, key=SYS + [("new", 904)]))
     assert [(i.cache.device_used, len(list(i.cache.nodes())), i.cache.stats.queried_tokens) for i in insts] == before
 
 
@@ -162,7 +162,7 @@ def _every_instance_walked(instances, req) -> PrefillInstance:
 @given(st.data())
 def test_cache_aware_walks_fewer_caches_and_chooses_as_if_it_walked_them_all(data):
     n = data.draw(st.integers(2, 5), label="instances")
-    insts = [prefill(i, page_tokens=64) for i in range(n)]
+    insts = prefills(n, page_tokens=64)
     own = data.draw(st.lists(st.integers(64, 4096), min_size=1, max_size=4), label="own pieces")
     shared_tokens = data.draw(st.sampled_from([0, 64, 1000, 4096, 20_000]), label="shared tokens")
     shared = [(("group", "g"), shared_tokens)] if shared_tokens else []
@@ -176,14 +176,14 @@ def test_cache_aware_walks_fewer_caches_and_chooses_as_if_it_walked_them_all(dat
         _queue(inst, data.draw(st.integers(0, 3), label=f"queue of {inst.index}"))
     req = request(7, sum(size for _, size in key), key=key)
     req.session.placed_on = data.draw(st.integers(0, (1 << n) - 1), label="placed on")
-    assert choose_prefill("cache-aware", insts, req) is _every_instance_walked(insts, req)
+    assert choose_prefill("cache-aware", insts, insts[0].loads, req) is _every_instance_walked(insts, req)
 
 
 def test_an_instance_the_session_never_used_still_wins_a_tie_on_load():
     # Placed on 0, which holds only the shared prefix; 1 holds it too with a
     # shorter queue. The shared pieces can match as much as the best placed
     # match, so 1 is walked and the tie goes to the shorter queue.
-    insts = [prefill(i) for i in range(2)]
+    insts = prefills(2)
     shared = [(("group", "g"), 8192)]
     key = shared + [(7 << 24 | 3, 1024)]
     for inst in insts:
@@ -191,4 +191,4 @@ def test_an_instance_the_session_never_used_still_wins_a_tie_on_load():
     _queue(insts[0], 2)
     req = request(7, 9216, key=key)
     req.session.placed_on = 0b01
-    assert choose_prefill("cache-aware", insts, req) is insts[1]
+    assert choose_prefill("cache-aware", insts, insts[0].loads, req) is insts[1]

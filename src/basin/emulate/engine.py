@@ -130,10 +130,11 @@ class EmulatedEngine:
         self.loop = EventLoop()
         cap = cache_capacity(deployment, hardware)
         pre = hardware.prefill
+        self.prefill_loads = [0] * deployment.prefill_instances
         self.prefills = [
             PrefillInstance(i, pre, RadixCache(cap.gpu_tokens_per_instance, cap.host_tokens_per_instance,
                                                hardware.page_tokens, pre.state_slots, pre.load_threshold_tokens),
-                            self.loop, self._prefill_done)
+                            self.loop, self._prefill_done, self.prefill_loads)
             for i in range(deployment.prefill_instances)
         ]
         self.decode_room = [0] * deployment.decode_instances
@@ -210,7 +211,7 @@ class EmulatedEngine:
         state.inflight = req
         handle = EmulatedCall(call, req, now)
         self._calls[req.seq] = handle
-        prefill = choose_prefill(self.deployment.router, self.prefills, req)
+        prefill = choose_prefill(self.deployment.router, self.prefills, self.prefill_loads, req)
         state.last_prefill = prefill.index
         req.prefill = prefill
         decode = choose_decode(self.decode_room, self.decodes)

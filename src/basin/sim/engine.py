@@ -117,16 +117,17 @@ class Simulator:
         self.recorder = Recorder()
         needs = policy.needs
         host_tokens = int(dep.host_ratio * hw.prefill.prefix_cache_tokens)
+        #: What the routers read of each instance (PrefillInstance.loads, DecodeInstance.room).
+        self.prefill_loads = [0] * dep.prefill_instances
         self.prefills = [
             PrefillInstance(
                 i, hw.prefill,
                 RadixCache(hw.prefill.prefix_cache_tokens, host_tokens, hw.page_tokens,
                            hw.prefill.state_slots, hw.prefill.load_threshold_tokens),
-                self.loop, self._prefill_done,
+                self.loop, self._prefill_done, self.prefill_loads,
             )
             for i in range(dep.prefill_instances)
         ]
-        #: What the decode router reads of each instance (DecodeInstance.room).
         self.decode_room = [0] * dep.decode_instances
         self.decodes = [
             DecodeInstance(i, hw.decode, hw.itl_slo_s, self.loop,
@@ -364,7 +365,7 @@ class Simulator:
         req.prio = self.driver.call_issued(s.uid, req.prompt, now)
         s.inflight = req
         s.context_tokens = req.prompt
-        prefill = choose_prefill(self._router, self.prefills, req)
+        prefill = choose_prefill(self._router, self.prefills, self.prefill_loads, req)
         s.last_prefill = prefill.index
         s.placed_on |= 1 << prefill.index
         req.prefill = prefill

@@ -44,14 +44,18 @@ class LowerTier(Protocol):
 
 class PrefillInstance:
     def __init__(self, index: int, profile: PrefillProfile, cache: RadixCache, loop: EventLoop,
-                 on_done: Callable[[Request], None]):
+                 on_done: Callable[[Request], None], loads: list[int] | None = None):
         # What the prefill router reads of every instance at every call comes
         # first (see DecodeInstance).
         self.index = index
         #: Requests queued or running here, the cache-aware router's load:
-        #: counted where the two lists change, so that the router reads one
-        #: field of each instance rather than both lists (ROUTER-LOAD).
+        #: counted where the two lists change, and posted to slot ``index``
+        #: of a list the engine's prefill instances share, which the router
+        #: scans rather than every instance (ROUTER-LOAD; see
+        #: DecodeInstance.room).
         self.load_requests = 0
+        self.loads = loads if loads is not None else [0] * (index + 1)
+        self.loads[index] = 0
         self.queue: list[Queued] = []
         self.running: list[Request] = []
         self.cache = cache
@@ -94,6 +98,7 @@ class PrefillInstance:
         heappush(self.queue, Queued(self._sort_key(req), req))
         self.queued_tokens += req.prompt
         self.load_requests += 1
+        self.loads[self.index] = self.load_requests
         if not self.busy:
             self._start_step()
 
@@ -116,6 +121,7 @@ class PrefillInstance:
                 heapify(self.queue)
                 self.queued_tokens -= req.prompt
                 self.load_requests -= 1
+                self.loads[self.index] = self.load_requests
                 if req.match is not None:
                     self.cache.unlock(req.match)
                     req.match = None
@@ -132,6 +138,7 @@ class PrefillInstance:
         borrowed (:mod:`basin.sim.borrow`): it runs here from where it is."""
         self.running.append(req)
         self.load_requests += 1
+        self.loads[self.index] = self.load_requests
         self.kick()
 
     # ----------------------------------------------------------------- steps
@@ -253,6 +260,7 @@ class PrefillInstance:
             held = len(self.running)
             self.running = [r for r in self.running if r.remaining > 0]
             self.load_requests -= held - len(self.running)
+            self.loads[self.index] = self.load_requests
             for req in finished:
                 req.prefill_end_s = now
                 self.on_done(req)
@@ -311,8 +319,9 @@ class PrefillInstance:
         """Verify ROUTER-LOAD: the load the router reads is the requests
         queued and running here."""
         held = len(self.queue) + len(self.running)
-        require(self.load_requests == held, "ROUTER-LOAD",
-                f"prefill {self.index}: load {self.load_requests}, {held} requests queued or running")
+        require(self.load_requests == held == self.loads[self.index], "ROUTER-LOAD",
+                f"prefill {self.index}: load {self.load_requests}, posted {self.loads[self.index]}, "
+                f"{held} requests queued or running")
 
 
 def _host_part_loaded(m: MatchResult) -> bool:

@@ -23,7 +23,12 @@ BALANCE_REL: Final = 1.5
 MATCH_THRESHOLD: Final = 0.5
 
 
-def choose_prefill(router: str, instances: list[PrefillInstance], req: Request) -> PrefillInstance:
+def choose_prefill(router: str, instances: list[PrefillInstance], loads: list[int],
+                   req: Request) -> PrefillInstance:
+    """``loads`` is what the instances post of their load
+    (:attr:`PrefillInstance.load_requests`), slot ``i`` for ``instances[i]``,
+    whose ``index`` is ``i``: the router reads an instance itself only where
+    it walks its cache."""
     if len(instances) == 1:
         return instances[0]
     session = req.session
@@ -35,15 +40,14 @@ def choose_prefill(router: str, instances: list[PrefillInstance], req: Request) 
     # function to call per instance); a tie goes to the lowest index.
     if router == "least-loaded":
         return _lowest(instances, [i.backlog_tokens for i in instances])
-    lo = hi = instances[0].load_requests
-    for j in range(1, len(instances)):  # min() and max() are generic lookups and calls, compiled
-        load = instances[j].load_requests
+    lo = hi = loads[0]
+    for load in loads:  # min() and max() are generic lookups and calls, compiled
         if load < lo:
             lo = load
         elif load > hi:
             hi = load
     if hi - lo > BALANCE_ABS_REQUESTS and hi > lo * BALANCE_REL:
-        return _lowest(instances, [i.load_requests for i in instances])
+        return _lowest(instances, loads)
     # The longest match wins, then the shortest queue, then the first
     # instance; where even the longest covers less than MATCH_THRESHOLD of the
     # prompt, the instance whose cache holds the least.
@@ -61,10 +65,10 @@ def choose_prefill(router: str, instances: list[PrefillInstance], req: Request) 
     best = -1
     best_tokens = 0
     for j in range(len(instances)):
-        inst = instances[j]
-        if placed >> inst.index & 1:
-            tokens = inst.cache.peek(key, session.cursor_for(key, inst.cache))
-            if best < 0 or _beats(inst, tokens, instances[best], best_tokens):
+        if placed >> j & 1:
+            cache = instances[j].cache
+            tokens = cache.peek(key, session.cursor_for(key, cache))
+            if best < 0 or _beats(tokens, loads[j], best_tokens, loads[best]):
                 best, best_tokens = j, tokens
     placed_tokens = best_tokens
     shared = shared_pieces(key)
@@ -78,22 +82,21 @@ def choose_prefill(router: str, instances: list[PrefillInstance], req: Request) 
         # Unplaced instances can win (or tie, by load) only here; elsewhere
         # their match, 0 or the shared pieces', is below the best.
         for j in range(len(instances)):
-            inst = instances[j]
-            if placed >> inst.index & 1:
+            if placed >> j & 1:
                 continue
-            tokens = inst.cache.peek(key, None, shared) if walk_shared else 0
-            if best < 0 or (_beats(inst, tokens, instances[best], best_tokens) if j > best
-                            else not _beats(instances[best], best_tokens, inst, tokens)):
+            tokens = instances[j].cache.peek(key, None, shared) if walk_shared else 0
+            if best < 0 or (_beats(tokens, loads[j], best_tokens, loads[best]) if j > best
+                            else not _beats(best_tokens, loads[best], tokens, loads[j])):
                 best, best_tokens = j, tokens
     if best_tokens >= MATCH_THRESHOLD * req.prompt:
         return instances[best]
     return _lowest(instances, [i.cache.device_used for i in instances])
 
 
-def _beats(inst: PrefillInstance, tokens: int, other: PrefillInstance, other_tokens: int) -> bool:
-    """Whether ``inst``, coming after ``other``, takes its place as the
+def _beats(tokens: int, load: int, other_tokens: int, other_load: int) -> bool:
+    """Whether an instance coming after another takes its place as the
     cache-aware choice: a longer match, or as long with a shorter queue."""
-    return tokens > other_tokens or (tokens == other_tokens and inst.load_requests < other.load_requests)
+    return tokens > other_tokens or (tokens == other_tokens and load < other_load)
 
 
 def _lowest(instances: list[PrefillInstance], scores: list[int]) -> PrefillInstance:
