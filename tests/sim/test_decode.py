@@ -190,37 +190,43 @@ def test_the_waiting_count_the_router_reads_follows_the_wait_heap():
     assert err.value.invariant == "ROUTER-LOAD"
 
 
-def test_the_room_the_router_reads_is_posted_before_every_callback():
+def test_the_room_the_router_reads_is_current_whenever_it_reads():
     """ROUTER-ROOM: through reservations, waiting, growth, retraction, finishes
-    and lent memory coming and going, the instance's slot of the router's
-    list is its free memory less its waiting requests whenever the engine
-    hears from it (a finish may route the next call at once)."""
+    and lent memory coming and going, the router's view of the instance
+    (refreshed as it reads) is its free memory less its waiting requests
+    whenever the engine hears from it (a finish may route the next call at
+    once), and an instance whose figures changed is listed as stale."""
     bench, a, b = _two_growing()
     dec = bench.dec
     seen: list[int] = []
 
-    def posted(req) -> None:
-        assert dec.room[dec.index] == dec.free_tokens - dec.waiting
-        seen.append(dec.room[dec.index])
+    def current(req) -> None:
+        dec.check()
+        room = dec.room.current()[dec.index]
+        assert room == dec.free_tokens - dec.waiting and not dec.room_stale
+        seen.append(room)
 
     reserved, finished = bench._reserved, bench._finished
-    dec.on_reserved = lambda r: (posted(r), reserved(r))
-    dec.on_finished = lambda r: (posted(r), finished(r))
+    dec.on_reserved = lambda r: (current(r), reserved(r))
+    dec.on_finished = lambda r: (current(r), finished(r))
     units = dec.lend(LendingConfig(cap_fraction=0.5))
     assert units.adopt(99, 300, dec.free_beyond_demand())
-    assert dec.room == [2000 - 300]
+    assert dec.room_stale and dec.room.current() == [2000 - 300]
     bench.submit(a, b)
     c = request(3, 1200, output=10)  # waits, then reclaims the unit when it fits
     dec.request_memory(c)
-    assert dec.room == [dec.free_tokens - 1]
+    assert dec.room.current() == [dec.free_tokens - 1]
     bench.loop.run(1e6)
     assert sorted(r.session.uid for r in bench.finished) == [1, 2, 3] and b.retractions == 1
-    assert len(seen) >= 6 and dec.room == [2000] and units.lent == 0
+    assert len(seen) >= 6 and dec.room.current() == [2000] and units.lent == 0
     dec.check(reserved_idle=0)
-    dec.room[0] -= 1
+    dec.room.tokens[0] -= 1
     with pytest.raises(InvariantViolation) as err:
         dec.check()
     assert err.value.invariant == "ROUTER-ROOM"
+    dec.room_stale = True  # flagged but not listed
+    with pytest.raises(InvariantViolation, match="ROUTER-ROOM"):
+        dec.check()
 
 
 def test_idle_reservations_are_accounted_until_the_join():

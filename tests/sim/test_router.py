@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from basin.sim.decode import DecodeInstance
+from basin.sim.decode import DecodeInstance, DecodeRoom
 from basin.sim.events import EventLoop
 from basin.sim.prefill import PrefillInstance
 from basin.sim.router import BALANCE_ABS_REQUESTS, choose_decode, choose_prefill
@@ -109,26 +109,27 @@ def test_least_loaded_picks_the_smallest_token_backlog():
     assert choose_prefill("least-loaded", insts, insts[0].loads, req) is insts[0]  # tie: lower index
 
 
-def _decode(index: int, room: list[int]) -> DecodeInstance:
+def _decode(index: int, room: DecodeRoom) -> DecodeInstance:
     return DecodeInstance(index, HW.decode.model_copy(update={"kv_tokens": 10_000}), HW.itl_slo_s, EventLoop(),
                           lambda r: None, lambda r: None, room)
 
 
 def test_decode_goes_to_the_most_free_memory_net_of_waiting_requests():
-    room = [0] * 3
+    room = DecodeRoom(3)
     decs = [_decode(i, room) for i in range(3)]
-    assert room == [10_000] * 3  # each instance posts its room as it is made
-    assert choose_decode(room[:1], decs[:1]) is decs[0]
+    assert room.current() == [10_000] * 3  # each instance is listed as it is made
     assert choose_decode(room, decs) is decs[0]  # all equal: lowest index
     for d, used in zip(decs, (4000, 1000, 999), strict=True):
         d.used = used
-        d.post_room()
+        d.room_changed()
     assert choose_decode(room, decs) is decs[2]
     decs[2].wait = [(0.0, i, request(i, 10)) for i in range(2)]  # 10000-999-2 < 10000-1000
     decs[2].waiting = 2
-    decs[2].post_room()
-    assert room == [6000, 9000, 8999]
+    decs[2].room_changed()
     assert choose_decode(room, decs) is decs[1]
+    assert room.tokens == [6000, 9000, 8999] and not room.stale
+    one = DecodeRoom(1)
+    assert choose_decode(one, [_decode(0, one)]).index == 0
 
 
 @pytest.mark.parametrize("router", ["cache-aware", "affinity", "least-loaded"])

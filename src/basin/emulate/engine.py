@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from basin.catalog import Deployment, HardwareProfile, cache_capacity
 from basin.emulate.calls import ChatCall, RequestError, affinity_uid
 from basin.sim.cache import RadixCache
-from basin.sim.decode import DecodeInstance
+from basin.sim.decode import DecodeInstance, DecodeRoom
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.lending import LendingConfig, LentMemory, LentTier
 from basin.sim.prefill import PrefillInstance
@@ -137,7 +137,7 @@ class EmulatedEngine:
                             self.loop, self._prefill_done, self.prefill_loads)
             for i in range(deployment.prefill_instances)
         ]
-        self.decode_room = [0] * deployment.decode_instances
+        self.decode_room = DecodeRoom(deployment.decode_instances)
         self.decodes = [
             DecodeInstance(i, hardware.decode, hardware.itl_slo_s, self.loop, self._decode_reserved, self._finished,
                            self.decode_room)

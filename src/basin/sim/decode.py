@@ -68,10 +68,36 @@ class _Due:
         return self.stay < other.stay
 
 
+class DecodeRoom:
+    """What the decode router compares of each instance: its free memory
+    less its waiting requests, slot ``index`` of one list, so that the router
+    scans a list of numbers rather than every instance (on a large
+    deployment each instance it read was a cache miss). An instance whose
+    figures may have changed lists itself as stale, and its slot is
+    refreshed only when the router next reads (ROUTER-ROOM)."""
+
+    __slots__ = ("tokens", "stale")
+
+    def __init__(self, instances: int) -> None:
+        self.tokens = [0] * instances
+        self.stale: list[DecodeInstance] = []
+
+    def current(self) -> list[int]:
+        """Every slot, the stale ones refreshed."""
+        tokens = self.tokens
+        stale = self.stale
+        if stale:
+            for d in stale:
+                tokens[d.index] = d.free_tokens - d.waiting
+                d.room_stale = False
+            stale.clear()
+        return tokens
+
+
 class DecodeInstance:
     def __init__(self, index: int, profile: DecodeProfile, itl_slo_s: float, loop: EventLoop,
                  on_reserved: Callable[[Request], None],
-                 on_finished: Callable[[Request], None], room: list[int] | None = None):
+                 on_finished: Callable[[Request], None], room: DecodeRoom | None = None):
         # What the decode router reads of every instance at every call comes
         # first: compiled, attributes lie in the order they are first set, so
         # these share a cache line or two.
@@ -85,12 +111,10 @@ class DecodeInstance:
         self.wait: list[Queued] = []
         #: Memory lent as prefix cache (BASIN); decode allocations reclaim it first.
         self.lending: LentMemory | None = None
-        #: What the decode router compares, slot ``index`` of a list the
-        #: engine's decode instances share: free memory less the waiting
-        #: requests, posted before anything else can read it (ROUTER-ROOM).
-        #: The router scans one list of numbers, not every instance: on a
-        #: large deployment each instance read was a cache miss.
-        self.room = room if room is not None else [0] * (index + 1)
+        #: What the decode router compares, shared by the engine's decode
+        #: instances (see DecodeRoom); ``room_stale``: listed there for a refresh.
+        self.room = room if room is not None else DecodeRoom(index + 1)
+        self.room_stale = False
         self.profile = profile
         self.costs = DecodeCosts(profile)
         self.itl_slo_s = itl_slo_s
@@ -123,25 +147,29 @@ class DecodeInstance:
         self.borrower: PrefillBorrower | None = None
         self.step_extra_s = 0.0
         self.held_by_prefill: Callable[[int, int], bool] = lambda uid, tokens: False
-        self.post_room()
+        self.room_changed()
 
     # ------------------------------------------------------------ reservation
     def _sort_key(self, req: Request) -> float:
         return queue_key(req, self.ordered)
 
-    def post_room(self) -> None:
-        """Post this instance's free memory less its waiting requests to the
-        router's list: after every change of either, before any callback."""
-        self.room[self.index] = self.capacity - self.used - self.lent - self.waiting
+    def room_changed(self) -> None:
+        """List this instance for a refresh of its slot in the router's
+        view: at every entry point that may change its free memory or its
+        waiting count (an instance listed needlessly costs only the refresh)."""
+        if not self.room_stale:
+            self.room_stale = True
+            self.room.stale.append(self)
 
     def lend(self, config: LendingConfig) -> LentMemory:
         """Start lending this instance's free memory as prefix cache."""
-        self.lending = LentMemory(self.capacity, config, self.post_room)
-        self.post_room()
+        self.lending = LentMemory(self.capacity, config, self.room_changed)
+        self.room_changed()
         return self.lending
 
     def request_memory(self, req: Request) -> None:
         req.decode = self
+        self.room_changed()
         heappush(self.wait, Queued(self._sort_key(req), req))
         self.waiting += 1
         self.admit_waiting()
@@ -175,8 +203,11 @@ class DecodeInstance:
         wait = self.wait
         while wait:
             req = wait[0].req
+            # Listed at each change, not once: the callback below may have the
+            # router read (and refresh) the view in between.
             if req.cancelled:
                 heappop(wait)
+                self.room_changed()
                 self.waiting -= 1
                 continue
             need = req.prompt + req.generated + self.reserve_out
@@ -191,17 +222,17 @@ class DecodeInstance:
                             f"+ {self.reserve_out} reserved), more than the instance's {self.capacity}")
                     break
             heappop(wait)
+            self.room_changed()
             self.waiting -= 1
             self.used += need
             req.reserved = need
             self.reserved_idle += need
-            self.post_room()
             self.on_reserved(req)
-        self.post_room()
 
     def release_reservation(self, req: Request) -> None:
         """A request that reserved memory but will never decode gives it back."""
         if req.reserved:
+            self.room_changed()
             self.used -= req.reserved
             self.reserved_idle -= req.reserved
             req.reserved = 0
@@ -296,6 +327,7 @@ class DecodeInstance:
     def _on_wake(self, gen: int) -> None:
         if gen != self.gen:
             return
+        self.room_changed()
         now = self.loop.now
         m = self.wake_steps
         if m > 0:
@@ -330,7 +362,7 @@ class DecodeInstance:
         cap = self.max_running
         while self.pending and len(self.batch) < cap:
             self._add(self.pending.pop(0))
-        self.post_room()
+        self.room_changed()  # again: the borrower's step may have had the view read
         for req in finished:
             req.finished_s = now
             req.session.decode_steps += req.decode_steps
@@ -401,8 +433,12 @@ class DecodeInstance:
         require(ctx == self.ctx_sum, "BATCH", f"context sum {self.ctx_sum} != {ctx}")
         require(self.waiting == len(self.wait), "ROUTER-LOAD",
                 f"decode {self.index}: {self.waiting} counted waiting, {len(self.wait)} in the wait heap")
-        require(self.room[self.index] == self.free_tokens - self.waiting, "ROUTER-ROOM",
-                f"decode {self.index}: room {self.room[self.index]} posted, "
+        listed = any(d is self for d in self.room.stale)
+        require(listed == self.room_stale, "ROUTER-ROOM",
+                f"decode {self.index}: {'' if listed else 'not '}listed stale, flagged {self.room_stale}")
+        posted = self.room.tokens[self.index]
+        require(self.room_stale or posted == self.free_tokens - self.waiting, "ROUTER-ROOM",
+                f"decode {self.index}: room {posted} posted and not stale, "
                 f"{self.free_tokens} free less {self.waiting} waiting")
         require(growing == self.n_growing, "BATCH", f"{self.n_growing} growing counted, {growing} flagged")
         ends: dict[Request, int] = {}

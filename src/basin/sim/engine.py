@@ -35,7 +35,7 @@ from basin.policy.base import EngineNeeds, Policy, SessionInfo
 from basin.policy.driver import EngineFigures, PolicyDriver
 from basin.sim.borrow import Borrowing, attach_borrowing
 from basin.sim.cache import RadixCache
-from basin.sim.decode import DecodeInstance
+from basin.sim.decode import DecodeInstance, DecodeRoom
 from basin.sim.events import CLIENT, CONTROL, ENGINE, SAMPLE, EventLoop
 from basin.sim.invariants import InvariantViolation
 from basin.sim.lending import LendingConfig, LentMemory, LentTier
@@ -128,7 +128,7 @@ class Simulator:
             )
             for i in range(dep.prefill_instances)
         ]
-        self.decode_room = [0] * dep.decode_instances
+        self.decode_room = DecodeRoom(dep.decode_instances)
         self.decodes = [
             DecodeInstance(i, hw.decode, hw.itl_slo_s, self.loop,
                            self._decode_reserved, self._call_finished, self.decode_room)
@@ -225,6 +225,7 @@ class Simulator:
             d.finish_heap = []
             d.cross_heap = []
             d.borrower = None
+            d.lending = None
             d.on_reserved = _disposed
             d.on_finished = _disposed
             d.held_by_prefill = _disposed
@@ -235,6 +236,7 @@ class Simulator:
             s.cursors = []
         self.sessions = []
         self.active = set()
+        self.decode_room.stale.clear()
         self._transferred_handler = _disposed
         self._issue_handler = _disposed
         self._prefill_holds_handler = _disposed

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from basin.sim.decode import DecodeInstance
+from basin.sim.decode import DecodeInstance, DecodeRoom
 from basin.sim.prefill import PrefillInstance
 from basin.sim.sessions import Request, shared_pieces
 
@@ -108,14 +108,15 @@ def _lowest(instances: list[PrefillInstance], scores: list[int]) -> PrefillInsta
     return instances[best]
 
 
-def choose_decode(room: list[int], instances: list[DecodeInstance]) -> DecodeInstance:
+def choose_decode(room: DecodeRoom, instances: list[DecodeInstance]) -> DecodeInstance:
     """The instance with the most free memory beyond what waits for it, the
-    lowest index on a tie. ``room`` is what the instances post of it
-    (:meth:`DecodeInstance.post_room`), slot ``i`` for ``instances[i]``."""
+    lowest index on a tie. ``room`` is the instances' view of it, slot ``i``
+    for ``instances[i]``."""
+    tokens = room.current()
     best = 0
-    best_room = room[0]
+    best_room = tokens[0]
     j = 0
-    for free in room:
+    for free in tokens:
         if free > best_room:
             best = j
             best_room = free
