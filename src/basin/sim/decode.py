@@ -98,7 +98,7 @@ class DecodeInstance:
     def __init__(self, index: int, profile: DecodeProfile, itl_slo_s: float, loop: EventLoop,
                  on_reserved: Callable[[Request], None],
                  on_finished: Callable[[Request], None], room: DecodeRoom | None = None):
-        # What the decode router reads of every instance at every call comes
+        # What a refresh of the router's view reads (DecodeRoom.current) comes
         # first: compiled, attributes lie in the order they are first set, so
         # these share a cache line or two.
         self.index = index

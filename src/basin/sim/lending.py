@@ -38,8 +38,8 @@ class LentMemory:
                  on_change: Callable[[], None] | None = None):
         self.capacity = capacity_tokens
         self.config = config
-        #: Told after every change of ``lent`` (its decode instance posts its
-        #: free memory for the router).
+        #: Told after every change of ``lent`` (its decode instance lists
+        #: itself for a refresh of the router's view, DecodeRoom).
         self.on_change = on_change
         self.units: OrderedDict[int, int] = OrderedDict()  # session uid -> tokens
         self.lent = 0

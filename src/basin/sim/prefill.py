@@ -45,8 +45,8 @@ class LowerTier(Protocol):
 class PrefillInstance:
     def __init__(self, index: int, profile: PrefillProfile, cache: RadixCache, loop: EventLoop,
                  on_done: Callable[[Request], None], loads: list[int] | None = None):
-        # What the prefill router reads of every instance at every call comes
-        # first (see DecodeInstance).
+        # What the prefill router reads of an instance it walks comes first
+        # (see DecodeInstance).
         self.index = index
         #: Requests queued or running here, the cache-aware router's load:
         #: counted where the two lists change, and posted to slot ``index``
@@ -55,7 +55,6 @@ class PrefillInstance:
         #: DecodeInstance.room).
         self.load_requests = 0
         self.loads = loads if loads is not None else [0] * (index + 1)
-        self.loads[index] = 0
         self.queue: list[Queued] = []
         self.running: list[Request] = []
         self.cache = cache
