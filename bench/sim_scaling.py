@@ -66,10 +66,9 @@ def main(argv: list[str] | None = None) -> None:
             costs[label], calls[label] = cost_per_call_us(dep, units, minutes)
         rounds.append(costs)
         print(f"round {r + 1}: " + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()) + " us/call", flush=True)
-    for label, *_ in CASES:
-        print(f"{label:12} {statistics.median(c[label] for c in rounds):8.1f} us/call  ({calls[label]} calls)")
-
     medians = {label: statistics.median(c[label] for c in rounds) for label, *_ in CASES}
+    for label, *_ in CASES:
+        print(f"{label:12} {medians[label]:8.1f} us/call  ({calls[label]} calls)")
 
     def spread(labels: tuple[str, ...]) -> tuple[float, float]:
         """Largest over smallest of the cases' medians, and the median of the

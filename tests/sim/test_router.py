@@ -24,7 +24,7 @@ def _queue(inst, n: int) -> None:
     """Make ``inst`` look busy with ``n`` queued requests (routers read only
     the load the instance counts and the backlog)."""
     inst.queue = [(0.0, i, None) for i in range(n)]
-    inst.load_requests = inst.loads[inst.index] = n + len(inst.running)
+    inst.loads[inst.index] = n + len(inst.running)
     inst.check()
 
 

@@ -48,12 +48,10 @@ class PrefillInstance:
         # What the prefill router reads of an instance it walks comes first
         # (see DecodeInstance).
         self.index = index
-        #: Requests queued or running here, the cache-aware router's load:
-        #: counted where the two lists change, and posted to slot ``index``
-        #: of a list the engine's prefill instances share, which the router
-        #: scans rather than every instance (ROUTER-LOAD; see
-        #: DecodeInstance.room).
-        self.load_requests = 0
+        #: Requests queued or running here (the cache-aware router's load),
+        #: slot ``index``: counted where the two lists change, in a list the
+        #: engine's prefill instances share, which the router scans rather
+        #: than every instance (ROUTER-LOAD; see DecodeRoom).
         self.loads = loads if loads is not None else [0] * (index + 1)
         self.queue: list[Queued] = []
         self.running: list[Request] = []
@@ -96,8 +94,7 @@ class PrefillInstance:
             req.match = m
         heappush(self.queue, Queued(self._sort_key(req), req))
         self.queued_tokens += req.prompt
-        self.load_requests += 1
-        self.loads[self.index] = self.load_requests
+        self.loads[self.index] += 1
         if not self.busy:
             self._start_step()
 
@@ -119,8 +116,7 @@ class PrefillInstance:
                 self.queue.pop()
                 heapify(self.queue)
                 self.queued_tokens -= req.prompt
-                self.load_requests -= 1
-                self.loads[self.index] = self.load_requests
+                self.loads[self.index] -= 1
                 if req.match is not None:
                     self.cache.unlock(req.match)
                     req.match = None
@@ -136,8 +132,7 @@ class PrefillInstance:
         """Take back a started request whose prefill a decode instance had
         borrowed (:mod:`basin.sim.borrow`): it runs here from where it is."""
         self.running.append(req)
-        self.load_requests += 1
-        self.loads[self.index] = self.load_requests
+        self.loads[self.index] += 1
         self.kick()
 
     # ----------------------------------------------------------------- steps
@@ -258,8 +253,7 @@ class PrefillInstance:
         if finished:
             held = len(self.running)
             self.running = [r for r in self.running if r.remaining > 0]
-            self.load_requests -= held - len(self.running)
-            self.loads[self.index] = self.load_requests
+            self.loads[self.index] -= held - len(self.running)
             for req in finished:
                 req.prefill_end_s = now
                 self.on_done(req)
@@ -311,6 +305,10 @@ class PrefillInstance:
         self.kick()
 
     @property
+    def load_requests(self) -> int:
+        return self.loads[self.index]
+
+    @property
     def backlog_tokens(self) -> int:
         return self.queued_tokens + sum(r.remaining for r in self.running)
 
@@ -318,9 +316,8 @@ class PrefillInstance:
         """Verify ROUTER-LOAD: the load the router reads is the requests
         queued and running here."""
         held = len(self.queue) + len(self.running)
-        require(self.load_requests == held == self.loads[self.index], "ROUTER-LOAD",
-                f"prefill {self.index}: load {self.load_requests}, posted {self.loads[self.index]}, "
-                f"{held} requests queued or running")
+        require(self.load_requests == held, "ROUTER-LOAD",
+                f"prefill {self.index}: load {self.load_requests}, {held} requests queued or running")
 
 
 def _host_part_loaded(m: MatchResult) -> bool:
