@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Final
 
 from basin.catalog import DecodeProfile
 from basin.sim.costs import DecodeCosts
-from basin.sim.events import ENGINE, EventLoop
+from basin.sim.events import EventLoop
 from basin.sim.invariants import RequestNeverFits, require
 from basin.sim.lending import LendingConfig, LentMemory
 from basin.sim.sessions import Queued, Request, queue_key
@@ -123,8 +123,6 @@ class DecodeInstance:
         self.on_finished = on_finished
         self.reserve_out = profile.reserve_output_tokens
         self.max_running: int = profile.max_running_requests
-        #: The wake handler, bound once (binding it per epoch is a generic lookup).
-        self._on_wake_handler: Callable[[int], None] = self._on_wake
         self.reserved_idle = 0
         self.ordered = False
         # the running batch
@@ -139,9 +137,12 @@ class DecodeInstance:
         self.cross_heap: list[_Due] = []
         self.n_growing = 0
         self.pending: list[Request] = []
-        self.gen = 0
+        #: The batch's next wake: ``wake_steps`` steps from the epoch's start,
+        #: at ``wake_t`` (infinite: none), held by one timer of the loop that
+        #: each new wake moves (see basin.sim.events).
         self.wake_steps = 0
         self.wake_t = _INF
+        self.wake_timer = loop.add_timer(self._on_wake)
         #: Prefill borrowing (basin.sim.borrow): the lease of this instance,
         #: and the extra time of the next step for a borrowed prefill chunk.
         self.borrower: PrefillBorrower | None = None
@@ -299,10 +300,9 @@ class DecodeInstance:
 
     def _set_wake(self, steps: int) -> None:
         a, k = self._coeffs()
-        self.gen += 1
         self.wake_steps = steps
         self.wake_t = self.epoch_t + self._span(a, k, steps)
-        self.loop.at(self.wake_t, ENGINE, self._on_wake_handler, self.gen)
+        self.wake_timer.set(self.wake_t)
 
     def _schedule(self) -> None:
         # Stale heads would wake the batch (or stop a borrowed chunk) early.
@@ -311,9 +311,9 @@ class DecodeInstance:
         if self.borrower is not None and self.borrower.plan_step():
             return  # one mixed step with a borrowed prefill chunk
         if not self.batch:
-            self.gen += 1
             self.wake_steps = 0
             self.wake_t = _INF
+            self.wake_timer.clear()
             return
         target = self.finish_heap[0].step - self.step
         if self.cross_heap:
@@ -324,9 +324,7 @@ class DecodeInstance:
             target = 1
         self._set_wake(max(target, 0))
 
-    def _on_wake(self, gen: int) -> None:
-        if gen != self.gen:
-            return
+    def _on_wake(self) -> None:
         self.room_changed()
         now = self.loop.now
         m = self.wake_steps

@@ -16,13 +16,25 @@ events (a session's next call, due when its tool gap ends) are most of what
 is pending but about one of the six or so events a call runs, and the
 engine's short-lived events are pushed and popped on a heap of their own,
 a few levels shallower.
+
+Timers: an owner that has at most one pending engine event and moves it
+often (a decode instance's next wake, moved earlier by every join) holds a
+:class:`Timer` instead of pushing events. Setting a timer takes a sequence
+number as :meth:`EventLoop.at` would and replaces its pending time in
+place, so no superseded event is left to pop; the earliest timer sits at the
+root of a tournament tree over all timers, and each pop takes the earliest
+of the three sources by the same order. On a 24-instance deployment the
+engine heap had held about 48 events: 23 wakes and 22 superseded ones.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import Any, Final
+
+_INF: Final = math.inf
 
 #: Same-time priority classes (lower runs first).
 ENGINE: Final = 0
@@ -81,8 +93,64 @@ class _Batch:
         self.handler(self.args[i])
 
 
+class Timer:
+    """One pending ENGINE-class event at most, which calls ``handler()``
+    when due (see the module's docstring); made by :meth:`EventLoop.add_timer`.
+    A timer that fires stays set, at the time it fired, until its handler
+    returns, and is unset then unless the handler set it again."""
+
+    __slots__ = ("loop", "handler", "time_s", "seq", "leaf")
+
+    def __init__(self, loop: EventLoop, handler: Callable[[], None]) -> None:
+        self.loop = loop
+        self.handler = handler
+        #: When it is due (infinite: not set), and its place among same-time events.
+        self.time_s = _INF
+        self.seq = 0
+        #: Its leaf of the loop's tournament.
+        self.leaf = _Match(self, None, None)
+
+    def set(self, time_s: float) -> None:
+        """Due at ``time_s``, in place of any pending time: ordered as an
+        event pushed by :meth:`EventLoop.at` now."""
+        loop = self.loop
+        loop._seq += 1
+        self.seq = loop._seq
+        self.time_s = time_s
+        loop._timer_moved(self)
+
+    def clear(self) -> None:
+        """Unset (nothing happens if it is not set)."""
+        if self.time_s != _INF:
+            self.time_s = _INF
+            self.loop._timer_moved(self)
+
+
+class _Match:
+    """A node of the timers' tournament: ``winner`` is the earlier of its
+    sides' winners (a leaf's is its timer). Nodes link to each other rather
+    than sit in a list: compiled, a replay from a leaf to the root is then a
+    few field reads a level."""
+
+    __slots__ = ("winner", "left", "right", "parent")
+
+    def __init__(self, winner: Timer, left: _Match | None, right: _Match | None) -> None:
+        self.winner = winner
+        self.left = left
+        self.right = right
+        self.parent: _Match | None = None
+
+
+def _earlier(a: Timer, b: Timer) -> Timer:
+    return a if a.time_s < b.time_s or (a.time_s == b.time_s and a.seq < b.seq) else b
+
+
+def _never() -> None:
+    raise RuntimeError("an unused timer fired")
+
+
 class EventLoop:
-    __slots__ = ("now", "_heap", "_client", "_seq", "events_run")
+    __slots__ = ("now", "_heap", "_client", "_seq", "events_run", "_timers", "_added", "_root")
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -91,6 +159,11 @@ class EventLoop:
         self._client: list[_Event] = []
         self._seq = 0
         self.events_run = 0
+        #: Timers, the ``_added`` first and unused ones after them up to a
+        #: power of two: the leaves, in order, of the tournament at ``_root``.
+        self._timers: list[Timer] = [Timer(self, _never)]
+        self._added = 0
+        self._root = self._timers[0].leaf
 
     def at(self, time_s: float, klass: int, handler: Callable[[Any], None], arg: Any = None) -> None:
         self._seq += 1
@@ -99,10 +172,48 @@ class EventLoop:
     def _push(self, event: _Event) -> None:
         heappush(self._client if event.klass == CLIENT else self._heap, event)
 
+    # ------------------------------------------------------------- timers
+    def add_timer(self, handler: Callable[[], None]) -> Timer:
+        """A new timer, unset, that calls ``handler()`` when it comes due."""
+        if self._added == len(self._timers):
+            self._timers.extend(Timer(self, _never) for _ in range(len(self._timers)))
+            level = [t.leaf for t in self._timers]
+            for leaf in level:
+                leaf.parent = None
+            while len(level) > 1:
+                above = []
+                for j in range(0, len(level), 2):
+                    a, b = level[j], level[j + 1]
+                    match = _Match(_earlier(a.winner, b.winner), a, b)
+                    a.parent = b.parent = match
+                    above.append(match)
+                level = above
+            self._root = level[0]
+        timer = self._timers[self._added]
+        self._added += 1
+        timer.handler = handler
+        return timer
+
+    def _timer_moved(self, timer: Timer) -> None:
+        """Replay the tournament from ``timer``'s leaf up. Where a node's
+        winner is another timer and stays so, nothing above it changes."""
+        node = timer.leaf.parent
+        while node is not None:
+            left = node.left
+            right = node.right
+            assert left is not None and right is not None
+            a = left.winner
+            b = right.winner
+            winner = a if a.time_s < b.time_s or (a.time_s == b.time_s and a.seq < b.seq) else b
+            if winner is node.winner and winner is not timer:
+                break
+            node.winner = winner
+            node = node.parent
+
     @property
     def pending(self) -> int:
-        """Events in the heaps (lazily cancelled ones included)."""
-        return len(self._heap) + len(self._client)
+        """Events in the heaps (lazily cancelled ones included) and timers set."""
+        return len(self._heap) + len(self._client) + sum(1 for t in self._timers if t.time_s != _INF)
 
     def at_each(self, times_s: list[float], klass: int, handler: Callable[[Any], None], args: list[Any]) -> None:
         """Schedule ``handler(args[i])`` at ``times_s[i]`` for every i, in the
@@ -120,15 +231,22 @@ class EventLoop:
         batch.push(0)
 
     def discard_pending(self) -> None:
-        """Drop every pending event (a finished run's owner giving its state back)."""
+        """Drop every pending event and timer (a finished run's owner giving
+        its state back): timers are unset and let go of their handlers."""
         self._heap = []
         self._client = []
+        for timer in self._timers:
+            timer.time_s = _INF
+            timer.handler = _never
 
     @property
     def next_event_s(self) -> float | None:
         """Time of the earliest pending event (lazily cancelled ones included),
         for a wall-clock driver that sleeps until then (the emulator)."""
         times = [h[0].time_s for h in (self._heap, self._client) if h]
+        timer_s = self._root.winner.time_s
+        if timer_s != _INF:
+            times.append(timer_s)
         return min(times) if times else None
 
     def run(self, until_s: float, progress: Callable[[float], None] | None = None) -> None:
@@ -137,22 +255,39 @@ class EventLoop:
         pop = heappop
         next_report = 0.0
         while True:
-            # The heap whose head is earlier (heads never tie: sequences differ).
+            # The earliest of the heaps' heads and the earliest timer (no two
+            # tie: sequences differ). Timers are of class ENGINE, the first.
             if client and (not heap or client[0] < heap[0]):
-                source = client
+                source: list[_Event] | None = client
             elif heap:
                 source = heap
             else:
+                source = None
+            timer = self._root.winner  # (the root changes when a timer is added)
+            timer_s = timer.time_s
+            if source is not None:
+                event = source[0]
+                time_s = event.time_s
+                if time_s < timer_s or (time_s == timer_s and event.klass == ENGINE and event.seq < timer.seq):
+                    if time_s > until_s:
+                        break
+                    pop(source)
+                    self.now = time_s
+                    event.handler(event.arg)
+                    self.events_run += 1
+                    if progress is not None and time_s >= next_report:
+                        progress(time_s)
+                        next_report = time_s + 60.0
+                    continue
+            if timer_s > until_s or timer_s == _INF:
                 break
-            event = source[0]
-            time_s = event.time_s
-            if time_s > until_s:
-                break
-            pop(source)
-            self.now = time_s
-            event.handler(event.arg)
+            self.now = timer_s
+            seq = timer.seq
+            timer.handler()
+            if timer.seq == seq:  # not set again: unset now
+                timer.clear()
             self.events_run += 1
-            if progress is not None and time_s >= next_report:
-                progress(time_s)
-                next_report = time_s + 60.0
+            if progress is not None and timer_s >= next_report:
+                progress(timer_s)
+                next_report = timer_s + 60.0
         self.now = until_s
