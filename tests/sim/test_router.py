@@ -127,7 +127,7 @@ def test_decode_goes_to_the_most_free_memory_net_of_waiting_requests():
     decs[2].waiting = 2
     decs[2].room_changed()
     assert choose_decode(room, decs) is decs[1]
-    assert room.tokens == [6000, 9000, 8999] and not room.stale
+    assert room.current() == [6000, 9000, 8999] and not room.stale
     one = DecodeRoom(1)
     assert choose_decode(one, [_decode(0, one)]).index == 0
 

@@ -38,6 +38,7 @@ from basin.sim.events import EventLoop
 from basin.sim.invariants import RequestNeverFits, require
 from basin.sim.lending import LendingConfig, LentMemory
 from basin.sim.sessions import Queued, Request, queue_key
+from basin.sim.tournament import Entrant, Tournament
 
 if TYPE_CHECKING:
     from basin.sim.borrow import PrefillBorrower
@@ -70,28 +71,45 @@ class _Due:
 
 class DecodeRoom:
     """What the decode router compares of each instance: its free memory
-    less its waiting requests, slot ``index`` of one list, so that the router
-    scans a list of numbers rather than every instance (on a large
-    deployment each instance it read was a cache miss). An instance whose
-    figures may have changed lists itself as stale, and its slot is
-    refreshed only when the router next reads (ROUTER-ROOM)."""
+    less its waiting requests, as the entrant ``index`` of a tournament (the
+    most room wins, the lowest index on a tie), so that the router reads
+    the winner rather than every instance (on a large deployment each
+    instance it read was a cache miss). An instance whose figures may have
+    changed lists itself as stale, and its entrant is updated only when the
+    router next reads (ROUTER-ROOM)."""
 
-    __slots__ = ("tokens", "stale")
+    __slots__ = ("entrants", "tournament", "stale")
 
     def __init__(self, instances: int) -> None:
-        self.tokens = [0] * instances
+        self.tournament = Tournament()
+        #: Keyed by minus the room, tied by index.
+        self.entrants = [Entrant(0.0, index) for index in range(instances)]
+        for entrant in self.entrants:
+            self.tournament.add(entrant)
         self.stale: list[DecodeInstance] = []
 
-    def current(self) -> list[int]:
-        """Every slot, the stale ones refreshed."""
-        tokens = self.tokens
+    def best(self) -> int:
+        """The index of the instance with the most room, the stale ones refreshed."""
         stale = self.stale
         if stale:
+            entrants = self.entrants
+            tournament = self.tournament
             for d in stale:
-                tokens[d.index] = d.free_tokens - d.waiting
+                entrant = entrants[d.index]
+                entrant.key = float(d.waiting - d.free_tokens)
+                tournament.moved(entrant)
                 d.room_stale = False
             stale.clear()
-        return tokens
+        return self.tournament.root.winner.tie
+
+    def current(self) -> list[int]:
+        """Every instance's room, the stale ones refreshed (for checks and tests)."""
+        self.best()
+        return [self.room_of(index) for index in range(len(self.entrants))]
+
+    def room_of(self, index: int) -> int:
+        """The room posted for instance ``index`` (stale if it is listed)."""
+        return -int(self.entrants[index].key)
 
 
 class DecodeInstance:
@@ -434,7 +452,8 @@ class DecodeInstance:
         listed = any(d is self for d in self.room.stale)
         require(listed == self.room_stale, "ROUTER-ROOM",
                 f"decode {self.index}: {'' if listed else 'not '}listed stale, flagged {self.room_stale}")
-        posted = self.room.tokens[self.index]
+        self.room.tournament.check()
+        posted = self.room.room_of(self.index)
         require(self.room_stale or posted == self.free_tokens - self.waiting, "ROUTER-ROOM",
                 f"decode {self.index}: room {posted} posted and not stale, "
                 f"{self.free_tokens} free less {self.waiting} waiting")

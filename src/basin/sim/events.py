@@ -21,9 +21,9 @@ Timers: an owner that has at most one pending engine event and moves it
 often (a decode instance's next wake, moved earlier by every join) holds a
 :class:`Timer` instead of pushing events. Setting a timer takes a sequence
 number as :meth:`EventLoop.at` would and replaces its pending time in
-place, so no superseded event is left to pop; the earliest timer sits at the
-root of a tournament tree over all timers, and each pop takes the earliest
-of the three sources by the same order. On a 24-instance deployment the
+place, so no superseded event is left to pop; the earliest timer wins a
+tournament over all timers (:mod:`basin.sim.tournament`), and each pop
+takes the earliest of the three sources by the same order. On a 24-instance deployment the
 engine heap had held about 48 events: 23 wakes and 22 superseded ones.
 """
 
@@ -32,7 +32,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from heapq import heappop, heappush
-from typing import Any, Final
+from typing import Any, Final, cast
+
+from basin.sim.tournament import Entrant, Tournament
 
 _INF: Final = math.inf
 
@@ -93,56 +95,39 @@ class _Batch:
         self.handler(self.args[i])
 
 
-class Timer:
+class Timer(Entrant):
     """One pending ENGINE-class event at most, which calls ``handler()``
     when due (see the module's docstring); made by :meth:`EventLoop.add_timer`.
-    A timer that fires stays set, at the time it fired, until its handler
-    returns, and is unset then unless the handler set it again."""
+    Its key is when it is due (infinite: not set), its tie its sequence
+    number. A timer that fires stays set, at the time it fired, until its
+    handler returns, and is unset then unless the handler set it again."""
 
-    __slots__ = ("loop", "handler", "time_s", "seq", "leaf")
+    __slots__ = ("loop", "handler")
 
     def __init__(self, loop: EventLoop, handler: Callable[[], None]) -> None:
+        super().__init__(_INF, 0)
         self.loop = loop
         self.handler = handler
-        #: When it is due (infinite: not set), and its place among same-time events.
-        self.time_s = _INF
-        self.seq = 0
-        #: Its leaf of the loop's tournament.
-        self.leaf = _Match(self, None, None)
+
+    @property
+    def time_s(self) -> float:
+        """When it is due (infinite: not set)."""
+        return self.key
 
     def set(self, time_s: float) -> None:
         """Due at ``time_s``, in place of any pending time: ordered as an
         event pushed by :meth:`EventLoop.at` now."""
         loop = self.loop
         loop._seq += 1
-        self.seq = loop._seq
-        self.time_s = time_s
-        loop._timer_moved(self)
+        self.tie = loop._seq
+        self.key = time_s
+        loop._timers.moved(self)
 
     def clear(self) -> None:
         """Unset (nothing happens if it is not set)."""
-        if self.time_s != _INF:
-            self.time_s = _INF
-            self.loop._timer_moved(self)
-
-
-class _Match:
-    """A node of the timers' tournament: ``winner`` is the earlier of its
-    sides' winners (a leaf's is its timer). Nodes link to each other rather
-    than sit in a list: compiled, a replay from a leaf to the root is then a
-    few field reads a level."""
-
-    __slots__ = ("winner", "left", "right", "parent")
-
-    def __init__(self, winner: Timer, left: _Match | None, right: _Match | None) -> None:
-        self.winner = winner
-        self.left = left
-        self.right = right
-        self.parent: _Match | None = None
-
-
-def _earlier(a: Timer, b: Timer) -> Timer:
-    return a if a.time_s < b.time_s or (a.time_s == b.time_s and a.seq < b.seq) else b
+        if self.key != _INF:
+            self.key = _INF
+            self.loop._timers.moved(self)
 
 
 def _never() -> None:
@@ -150,7 +135,7 @@ def _never() -> None:
 
 
 class EventLoop:
-    __slots__ = ("now", "_heap", "_client", "_seq", "events_run", "_timers", "_added", "_root")
+    __slots__ = ("now", "_heap", "_client", "_seq", "events_run", "_timers")
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -159,11 +144,8 @@ class EventLoop:
         self._client: list[_Event] = []
         self._seq = 0
         self.events_run = 0
-        #: Timers, the ``_added`` first and unused ones after them up to a
-        #: power of two: the leaves, in order, of the tournament at ``_root``.
-        self._timers: list[Timer] = [Timer(self, _never)]
-        self._added = 0
-        self._root = self._timers[0].leaf
+        #: Timers: the earliest is the winner.
+        self._timers = Tournament()
 
     def at(self, time_s: float, klass: int, handler: Callable[[Any], None], arg: Any = None) -> None:
         self._seq += 1
@@ -175,45 +157,14 @@ class EventLoop:
     # ------------------------------------------------------------- timers
     def add_timer(self, handler: Callable[[], None]) -> Timer:
         """A new timer, unset, that calls ``handler()`` when it comes due."""
-        if self._added == len(self._timers):
-            self._timers.extend(Timer(self, _never) for _ in range(len(self._timers)))
-            level = [t.leaf for t in self._timers]
-            for leaf in level:
-                leaf.parent = None
-            while len(level) > 1:
-                above = []
-                for j in range(0, len(level), 2):
-                    a, b = level[j], level[j + 1]
-                    match = _Match(_earlier(a.winner, b.winner), a, b)
-                    a.parent = b.parent = match
-                    above.append(match)
-                level = above
-            self._root = level[0]
-        timer = self._timers[self._added]
-        self._added += 1
-        timer.handler = handler
+        timer = Timer(self, handler)
+        self._timers.add(timer)
         return timer
-
-    def _timer_moved(self, timer: Timer) -> None:
-        """Replay the tournament from ``timer``'s leaf up. Where a node's
-        winner is another timer and stays so, nothing above it changes."""
-        node = timer.leaf.parent
-        while node is not None:
-            left = node.left
-            right = node.right
-            assert left is not None and right is not None
-            a = left.winner
-            b = right.winner
-            winner = a if a.time_s < b.time_s or (a.time_s == b.time_s and a.seq < b.seq) else b
-            if winner is node.winner and winner is not timer:
-                break
-            node.winner = winner
-            node = node.parent
 
     @property
     def pending(self) -> int:
         """Events in the heaps (lazily cancelled ones included) and timers set."""
-        return len(self._heap) + len(self._client) + sum(1 for t in self._timers if t.time_s != _INF)
+        return len(self._heap) + len(self._client) + sum(1 for t in self._timers.entrants if t.key != _INF)
 
     def at_each(self, times_s: list[float], klass: int, handler: Callable[[Any], None], args: list[Any]) -> None:
         """Schedule ``handler(args[i])`` at ``times_s[i]`` for every i, in the
@@ -235,16 +186,16 @@ class EventLoop:
         its state back): timers are unset and let go of their handlers."""
         self._heap = []
         self._client = []
-        for timer in self._timers:
-            timer.time_s = _INF
-            timer.handler = _never
+        for timer in self._timers.entrants:
+            timer.key = _INF
+            cast(Timer, timer).handler = _never
 
     @property
     def next_event_s(self) -> float | None:
         """Time of the earliest pending event (lazily cancelled ones included),
         for a wall-clock driver that sleeps until then (the emulator)."""
         times = [h[0].time_s for h in (self._heap, self._client) if h]
-        timer_s = self._root.winner.time_s
+        timer_s = self._timers.root.winner.key
         if timer_s != _INF:
             times.append(timer_s)
         return min(times) if times else None
@@ -263,12 +214,12 @@ class EventLoop:
                 source = heap
             else:
                 source = None
-            timer = self._root.winner  # (the root changes when a timer is added)
-            timer_s = timer.time_s
+            earliest = self._timers.root.winner  # (the root changes when a timer is added)
+            timer_s = earliest.key
             if source is not None:
                 event = source[0]
                 time_s = event.time_s
-                if time_s < timer_s or (time_s == timer_s and event.klass == ENGINE and event.seq < timer.seq):
+                if time_s < timer_s or (time_s == timer_s and event.klass == ENGINE and event.seq < earliest.tie):
                     if time_s > until_s:
                         break
                     pop(source)
@@ -282,9 +233,10 @@ class EventLoop:
             if timer_s > until_s or timer_s == _INF:
                 break
             self.now = timer_s
-            seq = timer.seq
+            timer = cast(Timer, earliest)
+            seq = timer.tie
             timer.handler()
-            if timer.seq == seq:  # not set again: unset now
+            if timer.tie == seq:  # not set again: unset now
                 timer.clear()
             self.events_run += 1
             if progress is not None and timer_s >= next_report:

@@ -110,15 +110,6 @@ def _lowest(instances: list[PrefillInstance], scores: list[int]) -> PrefillInsta
 
 def choose_decode(room: DecodeRoom, instances: list[DecodeInstance]) -> DecodeInstance:
     """The instance with the most free memory beyond what waits for it, the
-    lowest index on a tie. ``room`` is the instances' view of it, slot ``i``
-    for ``instances[i]``."""
-    tokens = room.current()
-    best = 0
-    best_room = tokens[0]
-    j = 0
-    for free in tokens:
-        if free > best_room:
-            best = j
-            best_room = free
-        j += 1
-    return instances[best]
+    lowest index on a tie. ``room`` is the instances' view of it, entrant
+    ``i`` for ``instances[i]``."""
+    return instances[room.best()]
