@@ -23,8 +23,9 @@ often (a decode instance's next wake, moved earlier by every join) holds a
 number as :meth:`EventLoop.at` would and replaces its pending time in
 place, so no superseded event is left to pop; the earliest timer wins a
 tournament over all timers (:mod:`basin.sim.tournament`), and each pop
-takes the earliest of the three sources by the same order. On a 24-instance deployment the
-engine heap had held about 48 events: 23 wakes and 22 superseded ones.
+takes the earliest of the three sources by the same order. On a
+24-instance deployment the engine heap had held about 48 events: 23 wakes
+and 22 superseded ones.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ class Timer(Entrant):
 
 
 def _never() -> None:
-    raise RuntimeError("an unused timer fired")
+    raise RuntimeError("a timer fired after its loop discarded its pending work")
 
 
 class EventLoop:
