@@ -116,7 +116,7 @@ class DecodeInstance:
     def __init__(self, index: int, profile: DecodeProfile, itl_slo_s: float, loop: EventLoop,
                  on_reserved: Callable[[Request], None],
                  on_finished: Callable[[Request], None], room: DecodeRoom | None = None):
-        # What a refresh of the router's view reads (DecodeRoom.current) comes
+        # What a refresh of the router's view reads (DecodeRoom.best) comes
         # first: compiled, attributes lie in the order they are first set, so
         # these share a cache line or two.
         self.index = index
@@ -173,7 +173,7 @@ class DecodeInstance:
         return queue_key(req, self.ordered)
 
     def room_changed(self) -> None:
-        """List this instance for a refresh of its slot in the router's
+        """List this instance for a refresh of its entrant in the router's
         view: at every entry point that may change its free memory or its
         waiting count (an instance listed needlessly costs only the refresh)."""
         if not self.room_stale:

@@ -51,7 +51,7 @@ class PrefillInstance:
         #: Requests queued or running here (the cache-aware router's load),
         #: slot ``index``: counted where the two lists change, in a list the
         #: engine's prefill instances share, which the router scans rather
-        #: than every instance (ROUTER-LOAD; see DecodeRoom).
+        #: than every instance (ROUTER-LOAD).
         self.loads = loads if loads is not None else [0] * (index + 1)
         self.queue: list[Queued] = []
         self.running: list[Request] = []

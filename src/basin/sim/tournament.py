@@ -90,6 +90,7 @@ class Tournament:
             assert left is not None and right is not None
             a = left.winner
             b = right.winner
+            # _lesser, written out: a compiled call per level costs more than the comparison.
             winner = a if a.key < b.key or (a.key == b.key and a.tie < b.tie) else b
             if winner is node.winner and winner is not entrant:
                 break
