@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from basin.cliff import X_KNEE
 from basin.policy.base import Admission, ControlDecision, EngineNeeds, Policy, SessionInfo, Signals
 from basin.policy.params import PolicyParams
 
@@ -214,7 +215,7 @@ class CliffSummary:
     """What the controller needs of the offline profile."""
 
     kappa: float = 1.0
-    x_knee: float = 1.9
+    x_knee: float = X_KNEE
     lambda_c_per_min: float = _INF
     origin: str = "reference curve (no profile)"
 
