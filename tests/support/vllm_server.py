@@ -119,8 +119,9 @@ class VLLMServer:
             pass
         self.proc = None
 
-    def restart(self) -> None:
-        self.stop()
+    def restart(self, sig: int = signal.SIGTERM) -> None:
+        """Stop (SIGTERM lets vLLM finish what runs; SIGKILL is a crash) and start again on the same port."""
+        self.stop(sig)
         self.start()
 
 
