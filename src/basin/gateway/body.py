@@ -150,7 +150,17 @@ def rewrite(raw: bytes, facts: BodyFacts, remove: Iterable[str], put: Mapping[st
     for key in drop:
         body.pop(key, None)
     body.update(changed)
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    return _dumps(body)
+
+
+def _dumps(obj: object) -> bytes:
+    """Compact JSON as UTF-8. JSON may escape a lone surrogate (``"\\ud800"``),
+    which has no UTF-8 form: such a body is written with every non-ASCII
+    character escaped, the same JSON value the client sent."""
+    try:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def _plan(facts: BodyFacts, remove: Iterable[str], put: Mapping[str, object]
@@ -171,7 +181,7 @@ def splice(raw: bytes, additions: Mapping[str, object]) -> bytes:
     """``raw`` (a JSON object none of whose keys are in ``additions``) with ``additions`` added."""
     if not additions:
         return raw
-    extra = json.dumps(dict(additions), separators=(",", ":"), ensure_ascii=False)[1:-1].encode()
+    extra = _dumps(dict(additions))[1:-1]
     head = raw.rstrip()
     if not head.endswith(b"}"):
         raise ValueError("splice needs the bytes of a JSON object")

@@ -370,7 +370,7 @@ class GatewayServer:
                 return error_response(403, "admin_disabled", "the admin API is off; set admin_token in the "
                                       "gateway config (or BASIN_ADMIN_TOKEN) to enable it")
             given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), f"Bearer {token}".encode()):
                 return error_response(401, "unauthorized", "send the admin token as 'Authorization: Bearer TOKEN'")
             return await handler(request)
         return guarded
