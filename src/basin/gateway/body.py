@@ -53,6 +53,10 @@ class BodyFacts:
     has_prompt: bool
     #: The first user message (or the prompt string), cut to TASK_TEXT_CHARS.
     task_text: str | None
+    #: Characters of the messages' non-text parts (images, audio, files: base64 data or
+    #: URLs), which an engine does not count as text: a 1.5 MB image is about a hundred
+    #: tokens, not 400,000. The prompt estimate leaves them out.
+    media_chars: int = 0
 
 
 def decode(raw: bytes, encoding: str | None, limit: int) -> bytes:
@@ -123,10 +127,38 @@ def task_text(body: Mapping[str, Any]) -> str | None:
     return text[:TASK_TEXT_CHARS] if text is not None else None
 
 
+def media_chars(body: Mapping[str, Any]) -> int:
+    """Characters in the non-text parts of the messages' content lists."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return 0
+    total = 0
+    for msg in messages:
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and part.get("type") != "text":
+                    total += _chars(part, 4)
+    return total
+
+
+def _chars(value: object, depth: int) -> int:
+    """Characters of the strings in ``value`` (nested up to ``depth``)."""
+    if isinstance(value, str):
+        return len(value)
+    if depth <= 0:
+        return 0
+    if isinstance(value, dict):
+        return sum(_chars(v, depth - 1) for v in value.values())
+    if isinstance(value, list):
+        return sum(_chars(v, depth - 1) for v in value)
+    return 0
+
+
 def facts_of(body: Mapping[str, Any], watched: Iterable[str]) -> BodyFacts:
     values = {name: body[name] for name in watched if name in body}
     return BodyFacts(frozenset(body), values, isinstance(body.get("messages"), list), "prompt" in body,
-                     task_text(body))
+                     task_text(body), media_chars(body))
 
 
 def inspect(raw: bytes, encoding: str | None, limit: int, watched: tuple[str, ...]) -> tuple[bytes, BodyFacts]:

@@ -225,7 +225,8 @@ class Proxy:
             raise BadCall(400, "invalid_field", "body field 'messages': a chat completion needs a list of messages")
         if request.path == "/v1/completions" and not facts.has_prompt:
             raise BadCall(400, "invalid_field", "body field 'prompt': a completion needs a prompt")
-        prompt_tokens = max(int(size / cfg.chars_per_token), 1)
+        # Estimated by its text until the engine counts it (Gate.done hands the count to the policy).
+        prompt_tokens = max(int((size - facts.media_chars) / cfg.chars_per_token), 1)
         return CallMeta(str(session_id), end, stream, prompt_tokens, facts.task_text, anonymous)
 
     def owner_of(self, request: web.Request, call: CallMeta) -> bytes | None:
@@ -266,7 +267,6 @@ class Proxy:
             return self._refuse(exc.status, exc.kind, str(exc))
         gate = self.gate
         now = self.clock()
-        gate.before_arrival(call.session_id, now)
         try:
             sess = gate.open_call(call.session_id, now, call.prompt_tokens, call.task_text, call.end, owner)
         except ShedError as exc:
