@@ -338,16 +338,23 @@ def venv_tool(name: str) -> str | None:
     return str(here) if here.exists() else shutil.which(name)
 
 
-def gateway_command(upstream: str, port: int) -> list[str] | None:
-    """The gateway's command line, or None when ``basin gateway`` is not there yet."""
+def gateway_command(upstream: str, port: int, store: str | None = None, logdir: Path | None = None
+                    ) -> list[str] | None:
+    """The gateway's command line, or None when ``basin gateway`` is not there yet. ``store``: the
+    gateway keeps its state there (``state_store``: a SQLite file or a Redis URL)."""
     basin = venv_tool("basin")
     if basin is None:
         return None
     probe = subprocess.run([basin, "gateway", "--help"], capture_output=True, timeout=60)
     if probe.returncode != 0:
         return None
-    return [basin, "gateway", "--upstream", upstream, "--engine", "openai", "--policy", "hicache",
-            "--listen", f"127.0.0.1:{port}"]
+    command = [basin, "gateway", "--upstream", upstream, "--engine", "openai", "--policy", "hicache",
+               "--listen", f"127.0.0.1:{port}"]
+    if store is not None and logdir is not None:
+        config = logdir / "gateway.yaml"
+        config.write_text(json.dumps({"state_store": store}))  # JSON is YAML
+        command += ["--config", str(config)]
+    return command
 
 
 def litellm_config(upstream: str, master_key: str, path: Path) -> None:
@@ -594,8 +601,14 @@ class Target:
     pgid: int
 
 
+def _store_spec(store: str, logdir: Path) -> str | None:
+    if store == "none":
+        return None
+    return str(logdir / "gateway-state.db") if store == "sqlite" else store
+
+
 def start_servers(stack: ExitStack, logdir: Path, wanted: list[str], tokens: int,
-                  notes: list[str]) -> dict[str, Target]:
+                  notes: list[str], store: str = "sqlite") -> dict[str, Target]:
     """The fake upstream, then each wanted proxy in front of it (skipped with
     a note when it is not installed); all stopped when the stack closes."""
     up_port = free_port()
@@ -608,7 +621,7 @@ def start_servers(stack: ExitStack, logdir: Path, wanted: list[str], tokens: int
     targets = {"direct": Target(upstream, {}, pgid)}
     if "gateway" in wanted:
         port = free_port()
-        cmd = gateway_command(upstream, port)
+        cmd = gateway_command(upstream, port, _store_spec(store, logdir), logdir)
         if cmd is None:
             notes.append("gateway skipped: `basin gateway --help` fails (the gateway CLI is not installed yet)")
         else:
@@ -647,6 +660,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup-calls", type=int, default=50)
     parser.add_argument("--calm-timeout", type=float, default=20.0,
                         help="seconds to wait, before each measurement, for other processes to go quiet")
+    parser.add_argument("--store", default="sqlite",
+                        help="the gateway's state store: sqlite (a file in the run's temporary folder), "
+                             "none, or a redis:// URL")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",") if r.strip()]
@@ -661,7 +677,8 @@ def main(argv: list[str] | None = None) -> None:
         notes.append(f"the machine was busy before the run (load average {load_at_start:.2f}); "
                      "see the others' cores column")
     with tempfile.TemporaryDirectory(prefix="basin-bench-") as tmp, ExitStack() as stack:
-        targets = start_servers(stack, Path(tmp), wanted, args.tokens, notes)
+        targets = start_servers(stack, Path(tmp), wanted, args.tokens, notes, args.store)
+        notes.append(f"gateway state store: {args.store}")
         paths = [p for p in PATHS if p in targets]
         ctx = multiprocessing.get_context("spawn")
         pools = {p: stack.enter_context(ProcessPoolExecutor(1, mp_context=ctx, initializer=_worker_init))

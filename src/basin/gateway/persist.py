@@ -49,6 +49,9 @@ class Journal:
         gate.table.changed = set()
         gate.table.removed = set()
         self.arrivals: list[tuple[int, float]] = []
+        #: Session ids the store holds (a session that came and went between two writes,
+        #: an anonymous call's, never reaches it, and needs no delete).
+        self.stored: set[str] = set(gate.table.sessions)
         gate.on_arrival = self._arrived
 
     def _arrived(self, uid: int, now_s: float) -> None:
@@ -66,7 +69,9 @@ class Journal:
             sess = table.by_uid.get(uid)
             if sess is not None:
                 upserts[sess.session_id] = json.dumps(_record(gate, sess))
-        deletes = tuple(sid for sid in removed if sid not in table.sessions)
+        deletes = tuple(sid for sid in removed if sid not in table.sessions and sid in self.stored)
+        self.stored.difference_update(deletes)
+        self.stored.update(upserts)
         arrivals, self.arrivals = tuple(self.arrivals), []
         return Batch(json.dumps(_meta(gate, now_s, wall_s, binding_key)), upserts, deletes, arrivals,
                      now_s - ARRIVAL_RATE_WINDOW_S)
@@ -80,6 +85,7 @@ class Journal:
             if sess is not None:
                 table.changed.add(sess.uid)
         table.removed.update(batch.deletes)
+        self.stored.update(batch.deletes)
         self.arrivals[:0] = batch.arrivals
 
 
