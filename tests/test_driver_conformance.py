@@ -104,7 +104,7 @@ class ReplayGate(Gate):
     """The gateway's gate with the engine's figures taken from a recording."""
 
     def __init__(self, policy: Policy, figures: list[EngineFigures]):
-        super().__init__(policy, GatewayConfig(upstream="http://127.0.0.1:9", idle_timeout_s=1e9))
+        super().__init__(policy, GatewayConfig(upstream="http://127.0.0.1:9", idle_timeout_s=604_800.0))
         self.recorded = deque(figures)
 
     def engine_figures(self, now_s: float) -> EngineFigures:
