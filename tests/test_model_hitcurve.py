@@ -10,37 +10,40 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from basin.cliff import reference_hit
 from basin.errors import BasinInputError
 from basin.model.curves import named_curve, simulator_curve
 from basin.model.hitcurve import PaperHitCurve, TableHitCurve, fit_table, load_table_csv
 
 
-def test_paper_shape_has_plateau_sag_knee_and_floor() -> None:
+def test_paper_shape_is_the_one_reference_curve_with_its_plateau_sag_knee_and_floor() -> None:
     c = PaperHitCurve()
-    h = c(np.array([0.0, 1.0, 1.8, 1.9, 2.1, 5.0]))
-    assert h[0] == pytest.approx(0.95, abs=1e-3)
-    assert 0.85 < h[1] < 0.95          # sagging plateau
-    assert 0.75 < h[2] < 0.85          # about 0.8 just before the knee
-    assert h[3] == pytest.approx((0.80 + 0.30) / 2, abs=0.01)  # halfway down at the knee
-    assert h[4] < 0.35                 # about 0.3 near twice the cache
+    x = np.array([0.0, 0.9, 1.5, 1.9, 2.4, 5.0])
+    h = c(x)
+    np.testing.assert_allclose(h, reference_hit(x, 1.0, 0.95, 0.30))  # basin.cliff's curve, unstretched
+    assert h[0] == pytest.approx(0.95, abs=1e-3) and h[1] == pytest.approx(0.95, abs=1e-3)  # flat to the cache
+    assert 0.80 < h[2] < 0.92                                     # sagging as the knee nears
+    assert h[3] == pytest.approx(0.30 + 0.65 * 0.8 / 2, abs=1e-9)  # halfway down the fall, less the sag
+    assert h[4] < 0.35                                            # near the floor past the knee
     assert h[5] == pytest.approx(0.30, abs=1e-6)
     assert c.knee_ratio == 1.9 and c.floor == 0.30
+    moved = PaperHitCurve(knee=3.8)
+    assert moved(3.8) == pytest.approx(h[3]) and moved(1.9) == pytest.approx(c(0.95))
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.floats(0.5, 1.0), st.floats(0.3, 1.0), st.floats(0.0, 0.5), st.floats(0.5, 4.0), st.floats(0.01, 0.5))
-def test_paper_shape_never_rises(plateau: float, pre: float, floor: float, knee: float, width: float) -> None:
-    pre = min(pre, plateau)
-    floor = min(floor, pre)
-    c = PaperHitCurve(plateau, pre, knee, width, floor)
+@given(st.floats(0.3, 1.0), st.floats(0.0, 0.5), st.floats(0.5, 4.0))
+def test_paper_shape_never_rises(plateau: float, floor: float, knee: float) -> None:
+    floor = min(floor, plateau)
+    c = PaperHitCurve(plateau, knee, floor)
     h = c(np.linspace(0, 4 * knee, 2000))
     assert np.all(np.diff(h) <= 1e-12)
     assert np.all((h >= floor - 1e-12) & (h <= plateau + 1e-12))
 
 
 def test_paper_shape_refuses_a_rising_cliff() -> None:
-    with pytest.raises(BasinInputError, match="plateau >= pre_knee >= floor"):
-        PaperHitCurve(plateau=0.5, pre_knee=0.8)
+    with pytest.raises(BasinInputError, match="plateau >= floor"):
+        PaperHitCurve(plateau=0.5, floor_rate=0.8)
     with pytest.raises(BasinInputError, match="'knee'"):
         PaperHitCurve(knee=-1.0)
 

@@ -32,7 +32,7 @@ from basin.policy.basin import (
 )
 from basin.policy.params import PolicyParamError
 from basin.policy.registry import policy_class, policy_names
-from basin.systems import BUILD_OPTIONS, RunContext, build_policy, expand_systems
+from basin.systems import RunContext, build_options, build_policy, expand_systems
 
 #: The paper's value of every addition, written out (not read from PAPER_BEHAVIOUR).
 PAPER = {
@@ -97,7 +97,7 @@ def engage(p: BasinPolicy) -> None:
 def test_basin_paper_is_registered_and_builds_with_the_paper_values():
     assert "basin-paper" in policy_names() and policy_class("basin-paper") is BasinPaperPolicy
     assert "basin-paper" in expand_systems(["all"])  # basin compare --system all runs it
-    assert BUILD_OPTIONS["basin-paper"] == BUILD_OPTIONS["basin"] == ("predictor", "profile")
+    assert build_options("basin-paper") == build_options("basin") == ("predictor", "profile")
     assert PAPER_BEHAVIOUR == PAPER
     paper = build_policy("basin-paper", {"predictor": "growth:1.5"})
     ours = build_policy("basin", {"predictor": "growth:1.5"})

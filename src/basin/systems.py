@@ -1,9 +1,13 @@
 """Systems for a run: a policy by name, built with what it is handed.
 
 The policy package holds pure decision objects; this module is where they
-meet the world: it reads BASIN's cliff profile from the catalogue, fits or
-loads its peak-context predictor, hands Continuum the deployment's prefill
-costs, and checks every parameter before anything runs. The simulator's
+meet the world. Each policy class names what it is built with
+(``Policy.HANDED``: a cliff profile, a peak-context predictor, reload costs)
+and builds itself from it (``Policy.build``); this module makes exactly those
+ingredients for the run (reads the cliff profile from the catalogue, fits or
+loads the predictor, turns the deployment's prefill costs into reload costs)
+and checks every parameter before anything runs. A new policy touches its own
+module and one line of the registry, nothing here. The simulator's
 experiments, the gateway and the emulator all build their policies here.
 """
 
@@ -14,21 +18,23 @@ from dataclasses import dataclass
 
 from basin.catalog import Deployment, HardwareProfile, load_hardware
 from basin.errors import BasinInputError
-from basin.policy.base import Policy
-from basin.policy.basin import BasinPaperPolicy, BasinPolicy, BasinPriorPolicy, CliffSummary, GrowthCorrection
-from basin.policy.composition import CompositionPolicy
-from basin.policy.continuum import ContinuumPolicy, ReloadCosts
+from basin.policy.base import Handed, Ingredient, Policy
+from basin.policy.basin import CliffSummary
+from basin.policy.continuum import ReloadCosts
 from basin.policy.params import PolicyParamError
 from basin.policy.registry import policy_class, policy_names
 
-#: Build options of a system besides its policy parameters (they choose what
-#: the policy is handed, so they are not settings a driver may change later).
-BUILD_OPTIONS: dict[str, tuple[str, ...]] = {
-    "basin": ("predictor", "profile"),
-    # BASIN as the paper specifies it: handed the same predictor and profile as basin.
-    "basin-paper": ("predictor", "profile"),
-    "basin-prior": ("profile",),
-}
+#: The build option that names each ingredient a policy can be handed
+#: (:attr:`basin.policy.base.Policy.HANDED`), where one names it.
+OPTION_OF: dict[Ingredient, str] = {"predictor": "predictor", "cliff": "profile"}
+
+
+def build_options(system: str) -> tuple[str, ...]:
+    """Settings of ``system`` besides its policy parameters: what chooses the
+    ingredients it is handed (so not settings a driver may change later)."""
+    handed = policy_class(system).HANDED
+    return tuple(option for ingredient, option in OPTION_OF.items() if ingredient in handed)
+
 
 DEFAULT_PREDICTOR = "ridge"
 
@@ -70,10 +76,6 @@ class RunContext:
         return load_hardware(self.deployment.hardware) if self.deployment is not None else None
 
 
-def system_names() -> list[str]:
-    return policy_names()
-
-
 def build_policy(system: str, params: Mapping[str, object] | None = None,
                  context: RunContext | None = None) -> Policy:
     """The policy of ``system`` with ``params`` (its parameters and build
@@ -82,42 +84,31 @@ def build_policy(system: str, params: Mapping[str, object] | None = None,
     cls = policy_class(system)
     context = context or RunContext()
     values = dict(params or {})
-    options = {k: values.pop(k) for k in BUILD_OPTIONS.get(system, ()) if k in values}
+    options = {k: values.pop(k) for k in build_options(system) if k in values}
     unknown = sorted(set(values) - set(cls.Params.names()))
     if unknown:
-        known = sorted(cls.Params.names()) + list(BUILD_OPTIONS.get(system, ()))
+        known = sorted(cls.Params.names()) + list(build_options(system))
         raise PolicyParamError(system, unknown[0], f"unknown; known parameters: {', '.join(known) or '(none)'}")
     policy_params = cls.Params.from_mapping(values)
-    if cls in (BasinPolicy, BasinPaperPolicy, BasinPriorPolicy):
-        profile = _option_text(system, options, "profile")
-        cliff = cliff_summary(context, profile)
-        if cls is BasinPriorPolicy:
-            return BasinPriorPolicy(policy_params, cliff=cliff)  # type: ignore[arg-type]
-        from basin.predict.peak import make_predictor
+    return cls.build(policy_params, handed_to(system, cls.HANDED, options, context))
+
+
+def handed_to(system: str, ingredients: frozenset[Ingredient], options: Mapping[str, object],
+              context: RunContext) -> Handed:
+    """What a run hands a policy: each ingredient it asks for, made from its
+    build option and the run's context, and nothing it does not ask for."""
+    cliff = predictor = spec = costs = None
+    if "cliff" in ingredients:
+        cliff = cliff_summary(context, _option_text(system, options, "profile"))
+    if "predictor" in ingredients:
+        from basin.predict.peak import make_predictor  # fitting tools: only when a policy asks
 
         spec = _option_text(system, options, "predictor") or DEFAULT_PREDICTOR
         predictor = make_predictor(spec, context.workload)
-        basin_cls = BasinPaperPolicy if cls is BasinPaperPolicy else BasinPolicy
-        return basin_cls(policy_params, predictor=predictor,  # type: ignore[arg-type]
-                         cliff=cliff, correction=_correction(system, policy_params, predictor, spec))
-    if cls in (ContinuumPolicy, CompositionPolicy):
+    if "reload_costs" in ingredients:
         hw = context.hardware_profile()
         costs = ReloadCosts.from_prefill(hw.prefill) if hw is not None else None
-        return cls(policy_params, costs=costs)  # type: ignore[arg-type]
-    return cls(policy_params)
-
-
-def _correction(system: str, params: object, predictor: object, spec: str) -> GrowthCorrection | None:
-    """The fitted online correction BASIN is handed when ``online_correction`` is on."""
-    if not getattr(params, "online_correction", False):
-        return None
-    coefficients = getattr(predictor, "growth_coefficients", None)
-    if coefficients is None:
-        raise PolicyParamError(system, "online_correction",
-                               f"the predictor '{spec}' carries no fitted growth model; use a calibrated "
-                               "predictor such as policy_params.predictor=ridge:q=0.9 (or gbt, quantile, auto), "
-                               "or leave online_correction off")
-    return GrowthCorrection(**coefficients())
+    return Handed(cliff=cliff, predictor=predictor, predictor_spec=spec, reload_costs=costs)
 
 
 def _option_text(system: str, options: Mapping[str, object], name: str) -> str | None:
@@ -152,5 +143,4 @@ def cliff_summary(context: RunContext, profile: str | None = None) -> CliffSumma
                                "no shedding")
 
 
-__all__ = ["BUILD_OPTIONS", "RunContext", "build_policy", "cliff_summary",
-           "system_names"]
+__all__ = ["RunContext", "build_options", "build_policy", "cliff_summary", "handed_to"]

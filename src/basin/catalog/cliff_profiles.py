@@ -7,18 +7,9 @@ cliff and how fast the engine drains sessions at best. It is written by
 and read by BASIN's factory (:func:`basin.systems.cliff_summary`) and
 everything else through :func:`load_profile` and :func:`profile_for`.
 
-The profile's curve is the reference hit curve stretched along ``x = W /
-C_eff`` by ``kappa`` (the curve is defined here because it is what the stored
-numbers mean)::
-
-    u = x / (kappa x_k)
-    s(u) = 1 / (1 + u ** n)                         # the sharp fall, centred on the knee
-    d(u) = delta * clip((u - u0) / (1 - u0), 0, 1)  # the plateau's gentle decline
-    h(x) = floor + (plateau - floor) * (1 - d(u)) * s(u)
-
-with ``x_k`` = 1.9, ``n`` = 16, ``delta`` = 0.2, ``u0`` = 0.5 (see
-docs/profiler.md). ``C_eff`` is :func:`basin.catalog.effective_cache_tokens`
-of the two aggregate tiers.
+The profile's curve is the reference hit curve of :mod:`basin.cliff`
+stretched along ``x = W / C_eff`` by ``kappa`` (docs/profiler.md). ``C_eff``
+is :func:`basin.catalog.effective_cache_tokens` of the two aggregate tiers.
 
 Besides kappa, a profile stores ``lambda_c_per_min`` (the peak departure
 rate, the highest settled completion rate of any ramp step), which is the
@@ -43,6 +34,7 @@ import numpy as np
 
 from basin.catalog.capacity import effective_cache_tokens
 from basin.catalog.deployments import ROUTERS, Deployment, load_deployment
+from basin.cliff import DECLINE_START, PLATEAU_DECLINE, REFERENCE_STEEPNESS, reference_hit
 from basin.errors import BasinInputError
 from basin.paths import PROFILE_DIR
 from basin.yamlfile import safe_load
@@ -69,39 +61,10 @@ RAMP_WORKLOAD_SESSIONS = 2000
 
 
 # ---------------------------------------------------------------------------
-# the reference curve (what the stored kappa, plateau and floor mean)
+# the reference curve (what the stored kappa, plateau and floor mean: basin.cliff)
 
-#: The reference hit curve's knee: working set over effective cache where the
-#: hit rate is halfway down from its plateau to its floor.
-X_KNEE = 1.9
-#: Steepness ``n`` of the reference fall (logistic in log working set).
-REFERENCE_STEEPNESS = 16.0
-#: Share of the plateau-to-floor height the plateau loses by the knee ...
-PLATEAU_DECLINE = 0.2
-#: ... declining linearly from this fraction of the knee on.
-DECLINE_START = 0.5
 #: Quantile of kappa over repeated ramps that a profile keeps (the lower quartile).
 KAPPA_QUANTILE = 0.25
-
-
-def reference_shape(x: np.ndarray | float, x_knee: float = X_KNEE, steepness: float = REFERENCE_STEEPNESS,
-                    decline: float = PLATEAU_DECLINE, decline_start: float = DECLINE_START) -> np.ndarray:
-    """Share of the plateau-to-floor height still held at working-set ratio
-    ``x``: 1 on the plateau, ``(1 - decline) / 2`` at the knee, 0 on the floor."""
-    u = np.maximum(np.asarray(x, dtype=np.float64), 0.0) / x_knee
-    # u ** n overflows harmlessly to inf for huge u; 1 / (1 + inf) = 0.
-    with np.errstate(over="ignore"):
-        fall = 1.0 / (1.0 + u ** steepness)
-    sag = decline * np.clip((u - decline_start) / (1.0 - decline_start), 0.0, 1.0)
-    return (1.0 - sag) * fall
-
-
-def reference_hit(x: np.ndarray | float, kappa: float, plateau: float, floor: float,
-                  x_knee: float = X_KNEE, steepness: float = REFERENCE_STEEPNESS,
-                  decline: float = PLATEAU_DECLINE, decline_start: float = DECLINE_START) -> np.ndarray:
-    """The reference curve scaled by ``kappa``: hit rate at working-set ratio ``x``."""
-    shape = reference_shape(np.asarray(x, dtype=np.float64) / kappa, x_knee, steepness, decline, decline_start)
-    return floor + (plateau - floor) * shape
 
 
 # ---------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from basin.catalog.cliff_profiles import reference_hit
+from basin.cliff import reference_hit
 from basin.metrics import CliffPoints, cache_cliff_points, cliff_median_curve, hit_rate_per_minute
 from basin.metrics._tables import ACTIVE_TAG_PREFIX, SECONDS_PER_MINUTE, Table, floats
 from basin.plotting import new_figure as _new_figure

@@ -45,7 +45,6 @@ from basin.catalog import Deployment, cache_capacity, load_hardware
 from basin.catalog.cliff_profiles import (
     DEFAULT_WORKLOAD,
     RAMP_WORKLOAD_SESSIONS,
-    X_KNEE,
     CliffProfile,
     RampRun,
     RampSettings,
@@ -54,13 +53,16 @@ from basin.catalog.cliff_profiles import (
     round_figure,
     round_figures,
 )
+from basin.cliff import X_KNEE
 from basin.errors import BasinInputError
 from basin.experiments.pool import run_jobs
 from basin.experiments.scenario import Scenario
 from basin.predict.cliff import fit_kappa, lower_quartile
 
-#: Default ramp, relative to the rate at which Little's law puts the working
-#: set at the reference knee (see :func:`estimate_knee_rate`).
+#: Default ramp, relative to the knee rate: the session rate at which Little's
+#: law puts the unloaded working set at the reference knee, ``x_k C_eff`` over
+#: the mean context-time a session holds (queueing makes the real cliff come
+#: earlier; it only centres the ramp).
 RAMP_START_FACTOR = 0.2
 RAMP_END_FACTOR = 1.6
 #: Assumed service time per call when estimating session lifetimes.
@@ -154,19 +156,10 @@ def _session_demand(workload: Any, call_s: float = ESTIMATE_CALL_S) -> tuple[flo
     return float(np.mean(token_min)), float(np.mean(life_min))
 
 
-def estimate_knee_rate(workload: Any, effective_cache_tokens: float, x_knee: float = X_KNEE) -> float:
-    """Session rate (per minute) at which Little's law puts the unloaded
-    working set at ``x_knee`` times the effective cache: ``x_k C_eff`` over
-    the mean context-time a session holds. Only centres the default ramp;
-    queueing makes the real cliff come earlier."""
-    token_min, _ = _session_demand(workload)
-    return x_knee * effective_cache_tokens / token_min
-
-
 def default_ramp(deployment: str | Deployment, workload: str = DEFAULT_WORKLOAD, *, router: str | None = None,
                  host_ratio: float | None = None, seed: int = 0, **overrides: Any) -> RampSettings:
     """The default ramp for a deployment: from 0.2 to 1.6 times the estimated
-    knee rate (:func:`estimate_knee_rate`) in 15 geometric steps of 15 minutes,
+    knee rate (see ``RAMP_START_FACTOR``) in 15 geometric steps of 15 minutes,
     warm-started at the first step's population; ``overrides`` replace any
     :class:`RampSettings` field."""
     unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(RampSettings)})
@@ -178,7 +171,7 @@ def default_ramp(deployment: str | Deployment, workload: str = DEFAULT_WORKLOAD,
     sessions = overrides.get("workload_sessions", RAMP_WORKLOAD_SESSIONS)
     wl = _load_workload(workload, seed, sessions)
     token_min, lifetime = _session_demand(wl)
-    knee_rate = X_KNEE * capacity.effective_tokens / token_min  # as estimate_knee_rate
+    knee_rate = X_KNEE * capacity.effective_tokens / token_min
     start = overrides.get("start_per_min", round(RAMP_START_FACTOR * knee_rate, 2))
     end = overrides.get("end_per_min", round(RAMP_END_FACTOR * knee_rate, 2))
     if isinstance(start, (int, float)) and isinstance(end, (int, float)) and "end_per_min" not in overrides \

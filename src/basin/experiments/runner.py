@@ -32,11 +32,10 @@ from basin.experiments.scenario import Scenario, WorkloadSpec, scenario_dict, sc
 from basin.jsonvalues import json_value
 from basin.metrics.summary import RunSummary, summarize_run
 from basin.policy.base import Policy
-from basin.policy.basin import CliffSummary
 from basin.policy.params import PolicyParamError
 from basin.policy.registry import policy_class, policy_names
 from basin.sim.engine import Intervention, RunResult, SimConfig, Simulator, switch_refusal
-from basin.systems import BUILD_OPTIONS, RunContext, build_policy, cliff_summary
+from basin.systems import RunContext, build_options, build_policy, cliff_summary
 from basin.workload.arrivals import (
     BURST,
     ArrivalSchedule,
@@ -67,7 +66,7 @@ class ScenarioRun:
 
 # ------------------------------------------------------- policy parameters
 def _accepted(system: str) -> tuple[str, ...]:
-    return policy_class(system).Params.names() + BUILD_OPTIONS.get(system, ())
+    return policy_class(system).Params.names() + build_options(system)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +89,7 @@ def params_for(scenario: Scenario, systems: Sequence[str], strict: bool = True) 
     for system in systems:
         accepted = _accepted(system)
         mine = {k: v for k, v in given.items() if k in accepted}
-        options = BUILD_OPTIONS.get(system, ())
+        options = build_options(system)
         for name in options:
             value = mine.get(name)
             if value is not None and not isinstance(value, str):
@@ -126,7 +125,7 @@ def params_for(scenario: Scenario, systems: Sequence[str], strict: bool = True) 
 
 def resolved_params(system: str, params: Mapping[str, object]) -> dict[str, Any]:
     """Every setting ``system`` runs with (defaults filled in), as plain data."""
-    options = BUILD_OPTIONS.get(system, ())
+    options = build_options(system)
     built = policy_class(system).Params.from_mapping({k: v for k, v in params.items() if k not in options})
     data: dict[str, Any] = {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) and not isinstance(v, type)
                                 else v) for k, v in built.as_dict().items()}
@@ -140,7 +139,7 @@ def cliff_used(scenario: Scenario, system: str, params: Mapping[str, object]) ->
     """Which cliff profile BASIN (or basin-prior) reads for this scenario, with
     its kappa and rate, and a warning when it is not this deployment's,
     cache tier's and workload's own (a fallback would otherwise go unseen)."""
-    if "profile" not in BUILD_OPTIONS.get(system, ()):
+    if "profile" not in build_options(system):
         return None, None
     from basin.catalog.cliff_profiles import profile_path_as_run
 
@@ -417,8 +416,8 @@ def _simulate(scenario: Scenario, system: str, params: dict[str, object], policy
         measure_end_s=scenario.measure_end_min * 60.0,
         itl_slo_s=hardware.itl_slo_s,
     )
-    cliff = getattr(policy, "cliff", None)
-    cliff_info = dataclasses.asdict(cliff) if isinstance(cliff, CliffSummary) else None
+    described = policy.describe().get("cliff_profile")
+    cliff_info = dict(described) if isinstance(described, dict) else None
     return ScenarioRun(scenario, system, result, summary, resolved_params(system, params), cliff_info)
 
 

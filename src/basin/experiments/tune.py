@@ -217,10 +217,10 @@ def check_setting(system: str, setting: Mapping[str, Any]) -> None:
     by the same checks (the system's parameter class and its build options)."""
     from basin.policy.params import PolicyParamError
     from basin.policy.registry import policy_class
-    from basin.systems import BUILD_OPTIONS
+    from basin.systems import build_options
 
     cls = policy_class(system)
-    options = BUILD_OPTIONS.get(system, ())
+    options = build_options(system)
     values = _nested(setting)
     known = [*cls.Params.names(), *options]
     for name in values:

@@ -547,7 +547,8 @@ class Gate:
         detail: dict[str, object] = {}
         if dataclasses.is_dataclass(policy_state) and not isinstance(policy_state, type):
             detail = json_values(dataclasses.asdict(policy_state), nonfinite="string")
-        cliff = getattr(self.policy, "cliff", None)
+        cliff = self.policy.describe().get("cliff_profile")
+        cliff_view = json_values(cliff, nonfinite="string") if isinstance(cliff, dict) else None
         return {
             "policy": self.policy.name,
             "draining": self.draining,
@@ -563,6 +564,5 @@ class Gate:
             "control": {"failures_in_a_row": self.control_failures, "errors": self.control_errors,
                         "last_error": self.last_control_error, "healthy": not self.control_failed},
             "params": json_values(self.policy.params.as_dict(), nonfinite="string"),
-            "cliff": json_values(dataclasses.asdict(cliff), nonfinite="string")
-            if dataclasses.is_dataclass(cliff) and not isinstance(cliff, type) else None,
+            "cliff": cliff_view,
         }

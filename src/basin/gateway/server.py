@@ -37,7 +37,7 @@ from basin.gateway.store import StateStore, open_store
 from basin.gateway.telemetry import Telemetry
 from basin.policy.base import Policy
 from basin.policy.registry import policy_class, policy_names
-from basin.systems import BUILD_OPTIONS, RunContext
+from basin.systems import RunContext, build_options
 from basin.systems import build_policy as build_system_policy
 from basin.workload.records import Session
 
@@ -62,9 +62,10 @@ def build_policy(config: GatewayConfig) -> Policy:
     With ``lending_url`` the gateway provides lending, so no default turns it off."""
     defaults = {} if config.lending_url is not None else GATEWAY_DEFAULTS.get(config.policy, {})
     params: dict[str, object] = {**defaults, **config.policy_params}
-    if config.policy in BUILD_OPTIONS and "predictor" in BUILD_OPTIONS[config.policy]:
+    options = build_options(config.policy)
+    if "predictor" in options:
         params["predictor"] = config.predictor
-    if config.policy in BUILD_OPTIONS and "profile" in BUILD_OPTIONS[config.policy] and config.profile:
+    if "profile" in options and config.profile:
         params["profile"] = config.profile
     policy = build_system_policy(config.policy, params, RunContext())
     missing = unprovided(policy.needs, config)

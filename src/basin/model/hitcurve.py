@@ -5,9 +5,10 @@ found cached when the active sessions' contexts add up to ``x`` times the
 prefix-cache capacity. Two sources:
 
 * :class:`PaperHitCurve`, the shape the paper measured on real hardware
-  (Fig. 6b): a plateau near 0.95 sagging to about 0.8 as the working set
-  approaches the knee, then a sharp fall to a low floor near ``x_k ~ 1.9``.
-  Parametrised so an operator can move the knee or the floor without data.
+  (Fig. 6b, defined once in :mod:`basin.cliff`): a plateau near 0.95 sagging
+  as the working set approaches the knee, then a sharp fall to a low floor
+  near ``x_k ~ 1.9``. Its levels and knee are open, so an operator can move
+  the knee or the floor without data.
 * :class:`TableHitCurve`, a plain table of ``(ratio, hit_rate)`` points read
   from a CSV file or fitted from measured cliff points (simulator runs or
   real ones; :func:`fit_table`), interpolated linearly.
@@ -29,6 +30,7 @@ from typing import Protocol
 
 import numpy as np
 
+from basin.cliff import X_KNEE, reference_hit
 from basin.errors import BasinInputError, where
 
 
@@ -66,42 +68,29 @@ def _finite(name: str, value: float, lo: float, hi: float | None = None) -> floa
 
 @dataclass(frozen=True, slots=True)
 class PaperHitCurve:
-    """The paper's real-system cliff shape (Fig. 6b), parametrised.
-
-    ``h(x) = floor + (a(x) - floor) / (1 + exp((x - knee) / width))`` with the
-    sagging plateau ``a(x) = plateau - (plateau - pre_knee) * min(x/knee, 1)^2``.
-    Both factors fall with ``x``, so the curve is non-increasing; at the knee
-    it is halfway between ``pre_knee`` and the floor. Defaults follow the
-    paper's measurements: 0.95 falling to 0.80, then about 0.3 at twice the
-    cache (CALIBRATION.md; the trapped H100 run held 0.27).
+    """The paper's real-system cliff shape (Fig. 6b), as :mod:`basin.cliff`
+    defines it for everything else (BASIN's profiles, the profiler's fit),
+    with its levels and knee open: an operator can move the knee or the
+    floor without data. Defaults: a plateau of 0.95, the knee at 1.9 times
+    the cache, a floor of 0.30 (CALIBRATION.md; the trapped H100 run held 0.27).
     """
 
     plateau: float = 0.95
-    pre_knee: float = 0.80
-    knee: float = 1.9
-    width: float = 0.04
+    knee: float = X_KNEE
     floor_rate: float = 0.30
-    label: str = "paper shape (Fig. 6b): plateau 0.95, 0.80 before the knee at 1.9, floor 0.30"
+    label: str = "paper shape (Fig. 6b): plateau 0.95, knee at 1.9, floor 0.30"
 
     def __post_init__(self) -> None:
         _finite("plateau", self.plateau, 0.0, 1.0)
-        _finite("pre_knee", self.pre_knee, 0.0, 1.0)
         _finite("floor", self.floor_rate, 0.0, 1.0)
         _finite("knee", self.knee, 1e-6)
-        _finite("width", self.width, 1e-6)
-        if not self.plateau >= self.pre_knee >= self.floor_rate:
+        if not self.plateau >= self.floor_rate:
             raise BasinInputError(
-                "hit curve: expected plateau >= pre_knee >= floor (a cliff falls with demand), got "
-                f"{self.plateau:g}, {self.pre_knee:g}, {self.floor_rate:g}")
+                "hit curve: expected plateau >= floor (a cliff falls with demand), got "
+                f"{self.plateau:g}, {self.floor_rate:g}")
 
     def __call__(self, ratio: np.ndarray | float) -> np.ndarray:
-        x = np.maximum(np.asarray(ratio, dtype=float), 0.0)
-        sag = np.minimum(x / self.knee, 1.0) ** 2
-        upper = self.plateau - (self.plateau - self.pre_knee) * sag
-        # exp of a large positive argument overflows to inf, which gives 0: the intended limit.
-        with np.errstate(over="ignore"):
-            gate = 1.0 / (1.0 + np.exp((x - self.knee) / self.width))
-        return self.floor_rate + (upper - self.floor_rate) * gate
+        return reference_hit(ratio, self.knee / X_KNEE, self.plateau, self.floor_rate)
 
     @property
     def knee_ratio(self) -> float:

@@ -25,9 +25,32 @@ from __future__ import annotations
 import enum
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from basin.policy.params import PolicyParams
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from basin.policy.basin import CliffSummary, PeakPredictor
+    from basin.policy.continuum import ReloadCosts
+
+#: What a run can hand a policy when it builds one (:attr:`Policy.HANDED`):
+#: BASIN's offline cliff profile, a fitted peak-context predictor, the
+#: deployment's prefill costs as KV reload costs.
+Ingredient = Literal["cliff", "predictor", "reload_costs"]
+
+
+@dataclass(frozen=True, slots=True)
+class Handed:
+    """What a run hands a policy at build time: only what its class asks for
+    in :attr:`Policy.HANDED`, the rest None (``basin.systems`` fills it in)."""
+
+    cliff: CliffSummary | None = None
+    predictor: PeakPredictor | None = None
+    #: The predictor as named in the run's settings (for messages).
+    predictor_spec: str | None = None
+    reload_costs: ReloadCosts | None = None
 
 
 class Admission(enum.Enum):
@@ -160,11 +183,24 @@ class Policy:
     name: ClassVar[str] = "base"
     #: The policy's parameter class; ``params`` is an instance of it.
     Params: ClassVar[type[PolicyParams]] = NoParams
+    #: What the policy is built with besides its parameters (:meth:`build`).
+    HANDED: ClassVar[frozenset[Ingredient]] = frozenset()
     #: A subclass without parameters need not call ``__init__``.
     params: PolicyParams = NoParams()
 
     def __init__(self, params: PolicyParams | None = None) -> None:
         self.params = self._own(params)
+
+    @classmethod
+    def build(cls, params: PolicyParams, handed: Handed) -> Self:
+        """The policy for a run, from its checked parameters and what the run
+        hands it; a policy that asks for more in :attr:`HANDED` overrides this."""
+        return cls(params)
+
+    def describe(self) -> dict[str, object]:
+        """What a run's provenance and the gateway's state record of how the
+        policy was built (its parameters are recorded separately): plain values."""
+        return {}
 
     def _own(self, params: PolicyParams | None) -> PolicyParams:
         if params is None:

@@ -39,10 +39,14 @@ import heapq
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from basin.policy.base import Admission, ControlDecision, EngineNeeds, Policy, SessionInfo, Signals
-from basin.policy.params import PolicyParams
+from basin.cliff import X_KNEE
+from basin.policy.base import Admission, ControlDecision, EngineNeeds, Handed, Policy, SessionInfo, Signals
+from basin.policy.params import PolicyParamError, PolicyParams
+
+if TYPE_CHECKING:
+    from typing import Self
 
 _INF = float("inf")
 #: Upper ends of the duration parameters' ranges, in seconds.
@@ -57,6 +61,7 @@ class PeakPredictor(Protocol):
                             oracle_peak_tokens: int | None) -> float: ...
 
 
+@runtime_checkable
 class ReservingPeakPredictor(PeakPredictor, Protocol):
     """A predictor that also states what to reserve (an upper quantile of the
     peak); BASIN then orders by the point prediction and reserves this."""
@@ -222,7 +227,7 @@ class CliffSummary:
     """What the controller needs of the offline profile."""
 
     kappa: float = 1.0
-    x_knee: float = 1.9
+    x_knee: float = X_KNEE
     lambda_c_per_min: float = _INF
     origin: str = "reference curve (no profile)"
 
@@ -275,6 +280,8 @@ class BasinPolicy(Policy):
     Params = BasinParams
     params: BasinParams
 
+    HANDED = frozenset({"cliff", "predictor"})
+
     def __init__(self, params: BasinParams | None = None, *, predictor: PeakPredictor | None = None,
                  cliff: CliffSummary | None = None, correction: GrowthCorrection | None = None):
         super().__init__(params)
@@ -286,6 +293,29 @@ class BasinPolicy(Policy):
         #: admitted, finished or shed since, are dropped when they surface).
         self._waiting: list[tuple[float, int, _Session]] = []
         self.state = ControllerState()
+
+    @classmethod
+    def build(cls, params: PolicyParams, handed: Handed) -> Self:
+        """Handed the cliff profile and, unless it is the arrival-time
+        controller, the fitted predictor and (``online_correction``) the
+        predictor's growth model."""
+        if cls.prior:
+            return cls(params, cliff=handed.cliff)  # type: ignore[arg-type]
+        correction = None
+        if getattr(params, "online_correction", False):
+            coefficients = getattr(handed.predictor, "growth_coefficients", None)
+            if coefficients is None:
+                raise PolicyParamError(
+                    cls.name, "online_correction",
+                    f"the predictor '{handed.predictor_spec}' carries no fitted growth model; use a calibrated "
+                    "predictor such as policy_params.predictor=ridge:q=0.9 (or gbt, quantile, auto), "
+                    "or leave online_correction off")
+            correction = GrowthCorrection(**coefficients())
+        return cls(params, predictor=handed.predictor, cliff=handed.cliff,  # type: ignore[arg-type]
+                   correction=correction)
+
+    def describe(self) -> dict[str, object]:
+        return {"cliff_profile": dataclasses.asdict(self.cliff)}
 
     @property
     def needs(self) -> EngineNeeds:
@@ -303,7 +333,8 @@ class BasinPolicy(Policy):
             info.task_text, info.first_prompt_tokens, info.session_id, info.oracle_peak_tokens))
 
     def _reserve(self, info: SessionInfo, peak: float) -> float:
-        reserve = getattr(self.predictor, "reserve_peak_tokens", None) if self.params.reserve_quantile else None
+        reserve = self.predictor.reserve_peak_tokens \
+            if self.params.reserve_quantile and isinstance(self.predictor, ReservingPeakPredictor) else None
         if self.prior or reserve is None:
             return peak
         quantile = float(reserve(info.task_text, info.first_prompt_tokens, info.session_id,
@@ -561,6 +592,7 @@ class BasinPriorPolicy(BasinPolicy):
 
     name = "basin-prior"
     prior = True
+    HANDED = frozenset({"cliff"})
 
 
 class BasinPaperPolicy(BasinPolicy):

@@ -35,12 +35,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from basin.policy.base import Admission, ControlDecision, EngineNeeds, Policy, SessionInfo, Signals
+from basin.policy.base import Admission, ControlDecision, EngineNeeds, Handed, Policy, SessionInfo, Signals
 from basin.policy.continuum import ContinuumParams, ContinuumPolicy, ReloadCosts
 from basin.policy.crossflow import CrossflowParams
 from basin.policy.params import PolicyParams
 from basin.policy.thunderagent import ThunderAgentParams, ThunderAgentPolicy
+
+if TYPE_CHECKING:
+    from typing import Self
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,12 @@ class CompositionPolicy(Policy):
 
     Params = CompositionParams
     params: CompositionParams
+
+    HANDED = frozenset({"reload_costs"})
+
+    @classmethod
+    def build(cls, params: PolicyParams, handed: Handed) -> Self:
+        return cls(params, costs=handed.reload_costs)  # type: ignore[arg-type]
 
     def __init__(self, params: CompositionParams | None = None, *, costs: ReloadCosts | None = None):
         super().__init__(params)

@@ -61,11 +61,14 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from basin.errors import BasinInputError
-from basin.policy.base import ControlDecision, EngineNeeds, Policy, SessionInfo, Signals
+from basin.policy.base import ControlDecision, EngineNeeds, Handed, Policy, SessionInfo, Signals
 from basin.policy.params import PolicyParamError, PolicyParams
+
+if TYPE_CHECKING:
+    from typing import Self
 
 #: Pinned sessions' keys are shifted this far ahead of every arrival time.
 PINNED_OFFSET = 1e12
@@ -249,6 +252,12 @@ class ContinuumPolicy(Policy):
 
     Params = ContinuumParams
     params: ContinuumParams
+
+    HANDED = frozenset({"reload_costs"})
+
+    @classmethod
+    def build(cls, params: PolicyParams, handed: Handed) -> Self:
+        return cls(params, costs=handed.reload_costs)  # type: ignore[arg-type]
 
     def __init__(self, params: ContinuumParams | None = None, *, costs: ReloadCosts | None = None):
         if costs is not None and not isinstance(costs, ReloadCosts):

@@ -1,6 +1,7 @@
-"""Policies by name. A new policy registers its class here and needs no
-engine change; building one for a run (its predictor, its cliff profile, the
-deployment's costs) is :mod:`basin.systems`' job, not the registry's."""
+"""Policies by name. A new policy adds its class to ``_CLASSES`` (one line)
+and needs no other change: its class says what it is built with
+(``Policy.HANDED``) and builds itself (``Policy.build``); :mod:`basin.systems`
+makes those ingredients for a run (docs/architecture.md, "Adding a policy")."""
 
 from __future__ import annotations
 

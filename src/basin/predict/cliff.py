@@ -1,20 +1,10 @@
 """The reference hit curve and the fit of the cliff scale kappa (paper section 6.5).
 
-The reference curve describes how the prefix hit rate falls as the working
-set ``W`` grows past the effective cache ``C_eff``, in the shape the paper
-reports for its real runs (Fig. 6b: 0.95, declining to 0.80, then a sharp drop
-to a low-reuse floor near twice the cache) and our calibrated engine
-reproduces (docs/calibration.md). With ``u = x / x_k`` and ``x = W / C_eff``::
-
-    s(u) = 1 / (1 + u ** n)                         # the sharp fall, centred on the knee
-    d(u) = delta * clip((u - u0) / (1 - u0), 0, 1)  # the plateau's gentle decline
-    g(u) = (1 - d(u)) * s(u)                        # 1 on the plateau, 0 on the floor
-    h_ref(x) = floor + (plateau - floor) * g(x / x_k)
-
-``x_k`` = 1.9 is the centre of the sharp fall (``n`` = 16: from 90% to 10% of
-it between 0.87 and 1.15 x_k); the plateau is flat up to ``u0 x_k`` (the
-working set filling the cache, ``u0`` = 0.5) and has lost ``delta`` = 0.2 of
-the plateau-to-floor height by the knee.
+The reference curve (:mod:`basin.cliff`, the one definition of the shape
+and its constants) describes how the prefix hit rate falls as the working set
+``W`` grows past the effective cache ``C_eff``, in the shape the paper reports
+for its real runs (Fig. 6b) and our calibrated engine reproduces
+(docs/calibration.md).
 
 A deployment's curve is the reference stretched along ``x``: ``h(x) =
 h_ref(x / kappa)``, so its cliff is at ``W_c = kappa * x_k * C_eff``. Fitting
@@ -23,9 +13,7 @@ kappa is a one-dimensional search: for a given kappa the model is linear in
 candidate is scored by its best plateau and floor. A log-spaced grid finds the
 basin and a bounded scalar search refines it.
 
-The curve itself (``reference_shape``, ``reference_hit`` and its constants) is
-defined with the profile format in :mod:`basin.catalog.cliff_profiles`, since
-it is what a stored kappa means; this module fits it and re-exports it.
+This module fits the curve and re-exports it.
 """
 
 from __future__ import annotations
@@ -36,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from basin.catalog.cliff_profiles import (
+from basin.catalog.cliff_profiles import KAPPA_QUANTILE
+from basin.cliff import (
     DECLINE_START,
-    KAPPA_QUANTILE,
     PLATEAU_DECLINE,
     REFERENCE_STEEPNESS,
     X_KNEE,
