@@ -29,6 +29,12 @@ $(BROWSER_STAMP): $(STAMP) scripts/setup_browser.sh
 	scripts/setup_browser.sh
 	touch $(BROWSER_STAMP)
 
+# The Redis server the gateway's shared-store tests start (Debian's redis-server, once per machine).
+REDIS_STAMP := $(VENV)/.redis
+$(REDIS_STAMP): $(STAMP) scripts/setup_redis.sh
+	scripts/setup_redis.sh
+	touch $(REDIS_STAMP)
+
 # The simulator's hot modules and the policy driver compiled with mypyc (about
 # a minute; identical results, about twice as fast). Without a compiler the
 # pure-Python modules run; basin ignores a build older than its sources.
@@ -57,7 +63,7 @@ accel: $(ACCEL_STAMP)
 run: $(STAMP) bytecode
 	$(VENV)/bin/basin run surge-1p3d --system hicache --system basin
 
-test: $(STAMP) $(ENGINE_STAMP) $(BROWSER_STAMP) $(ACCEL_STAMP) bytecode lint
+test: $(STAMP) $(ENGINE_STAMP) $(BROWSER_STAMP) $(REDIS_STAMP) $(ACCEL_STAMP) bytecode lint
 	$(VENV)/bin/python -m pytest -q -m "not realtime"
 
 # Style and types: ruff and mypy, clean (part of `make test`, so CI runs them).

@@ -64,7 +64,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATE = 500.0
 TARGET_ADDED_P50_MS = 1.0
 TARGET_ADDED_P99_MS = 5.0
-PATHS = ("direct", "gateway", "litellm")
+#: ``gateway`` runs with its state store (``--store``), ``gateway_nostore`` without one: the pair
+#: measured in the same run gives the store's cost through HTTP.
+PATHS = ("direct", "gateway", "gateway_nostore", "litellm")
 MODEL = "fake-model"
 # Calls are spread over this many concurrent agent sessions; each session
 # makes SESSION_CALLS calls (the last one carries the end marker) and is then
@@ -338,16 +340,24 @@ def venv_tool(name: str) -> str | None:
     return str(here) if here.exists() else shutil.which(name)
 
 
-def gateway_command(upstream: str, port: int) -> list[str] | None:
-    """The gateway's command line, or None when ``basin gateway`` is not there yet."""
+def gateway_command(upstream: str, port: int, store: str | None = None, logdir: Path | None = None
+                    ) -> list[str] | None:
+    """The gateway's command line, or None when ``basin gateway`` is not there yet. ``store``: the
+    gateway keeps its state there (``state_store``: a SQLite file or a Redis URL)."""
     basin = venv_tool("basin")
     if basin is None:
         return None
     probe = subprocess.run([basin, "gateway", "--help"], capture_output=True, timeout=60)
     if probe.returncode != 0:
         return None
-    return [basin, "gateway", "--upstream", upstream, "--engine", "openai", "--policy", "hicache",
-            "--listen", f"127.0.0.1:{port}"]
+    command = [basin, "gateway", "--upstream", upstream, "--engine", "openai", "--policy", "hicache",
+               "--listen", f"127.0.0.1:{port}"]
+    if store is not None and logdir is not None:
+        logdir.mkdir(parents=True, exist_ok=True)
+        config = logdir / "gateway.yaml"
+        config.write_text(json.dumps({"state_store": store}))  # JSON is YAML
+        command += ["--config", str(config)]
+    return command
 
 
 def litellm_config(upstream: str, master_key: str, path: Path) -> None:
@@ -535,7 +545,7 @@ def plot(rows: list[dict[str, Any]], out_png: Path) -> Path:
 
     fig = new_figure(10.0, 4.0)
     ax_abs, ax_add = fig.subplots(1, 2)
-    colors = {"direct": "tab:gray", "gateway": "tab:blue", "litellm": "tab:orange"}
+    colors = {"direct": "tab:gray", "gateway": "tab:blue", "gateway_nostore": "tab:cyan", "litellm": "tab:orange"}
     added: list[float] = []
     for path in PATHS:
         rs = [r for r in rows if r["path"] == path and r["total_p50_ms"] is not None]
@@ -594,8 +604,14 @@ class Target:
     pgid: int
 
 
+def _store_spec(store: str, logdir: Path) -> str | None:
+    if store == "none":
+        return None
+    return str(logdir / "gateway-state.db") if store == "sqlite" else store
+
+
 def start_servers(stack: ExitStack, logdir: Path, wanted: list[str], tokens: int,
-                  notes: list[str]) -> dict[str, Target]:
+                  notes: list[str], store: str = "sqlite") -> dict[str, Target]:
     """The fake upstream, then each wanted proxy in front of it (skipped with
     a note when it is not installed); all stopped when the stack closes."""
     up_port = free_port()
@@ -606,15 +622,17 @@ def start_servers(stack: ExitStack, logdir: Path, wanted: list[str], tokens: int
          "--tokens", str(tokens), "--engine", "llamacpp"],
         upstream + "/health", logdir, 30.0, cwd=REPO_ROOT))
     targets = {"direct": Target(upstream, {}, pgid)}
-    if "gateway" in wanted:
+    for path, spec in (("gateway", _store_spec(store, logdir)), ("gateway_nostore", None)):
+        if path not in wanted:
+            continue
         port = free_port()
-        cmd = gateway_command(upstream, port)
+        cmd = gateway_command(upstream, port, spec, logdir / path)
         if cmd is None:
-            notes.append("gateway skipped: `basin gateway --help` fails (the gateway CLI is not installed yet)")
+            notes.append(f"{path} skipped: `basin gateway --help` fails (the gateway CLI is not installed yet)")
         else:
             url = f"http://127.0.0.1:{port}"
-            pgid = stack.enter_context(server("gateway", cmd, url + "/healthz", logdir, 60.0))
-            targets["gateway"] = Target(url, {}, pgid)
+            pgid = stack.enter_context(server(path, cmd, url + "/healthz", logdir, 60.0))
+            targets[path] = Target(url, {}, pgid)
     if "litellm" in wanted:
         litellm = venv_tool("litellm")
         if litellm is None:
@@ -639,7 +657,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rates", default="10,100,250,500", help="comma-separated calls/s")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of arrivals per measurement")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--paths", default=",".join(PATHS), help="subset of direct,gateway,litellm")
+    parser.add_argument("--paths", default=",".join(PATHS), help="subset of " + ",".join(PATHS))
     parser.add_argument("--tokens", type=int, default=16, help="streamed chunks per response")
     parser.add_argument("--prompt-chars", type=int, default=4000, help="size of the prompt sent")
     parser.add_argument("--seed", type=int, default=7)
@@ -647,6 +665,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup-calls", type=int, default=50)
     parser.add_argument("--calm-timeout", type=float, default=20.0,
                         help="seconds to wait, before each measurement, for other processes to go quiet")
+    parser.add_argument("--store", default="sqlite",
+                        help="the gateway's state store: sqlite (a file in the run's temporary folder), "
+                             "none, or a redis:// URL")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",") if r.strip()]
@@ -661,7 +682,8 @@ def main(argv: list[str] | None = None) -> None:
         notes.append(f"the machine was busy before the run (load average {load_at_start:.2f}); "
                      "see the others' cores column")
     with tempfile.TemporaryDirectory(prefix="basin-bench-") as tmp, ExitStack() as stack:
-        targets = start_servers(stack, Path(tmp), wanted, args.tokens, notes)
+        targets = start_servers(stack, Path(tmp), wanted, args.tokens, notes, args.store)
+        notes.append(f"gateway state store: {args.store}")
         paths = [p for p in PATHS if p in targets]
         ctx = multiprocessing.get_context("spawn")
         pools = {p: stack.enter_context(ProcessPoolExecutor(1, mp_context=ctx, initializer=_worker_init))

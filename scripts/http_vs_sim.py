@@ -113,10 +113,7 @@ def gateway_config(path: Path, speed: float, predictor: str | None = None) -> No
     # client-connection limit (1000 by default), which the simulated engine does not have.
     config: dict[str, object] = {"scrape_interval_s": scrape, "stale_after_s": 3 * scrape,
                                  "hit_window_s": max(1.0, 60.0 / speed), "max_connections": 4000,
-                                 "host_cache_tokens": HOST_CACHE_TOKENS,
-                                 # An arrival runs a control step after the same growth of the working set
-                                 # (218K tokens) as when the gateway took max(GPU, host) as its cache.
-                                 "arrival_tick_growth": 0.05 * HOST_CACHE_TOKENS / GPU_CACHE_TOKENS}
+                                 "host_cache_tokens": HOST_CACHE_TOKENS}
     if predictor:
         config["predictor"] = predictor
     path.write_text(json.dumps(config))  # JSON is YAML

@@ -21,10 +21,11 @@ import basin.experiments.runner as runner
 from basin.experiments.scenario import load_scenario
 from basin.gateway.config import GatewayConfig
 from basin.gateway.gate import Gate, ShedError
+from basin.gateway.sessions import SessionState
 from basin.gateway.usage import CallUsage
 from basin.policy.base import Admission, ControlDecision, Policy, SessionInfo, Signals
 from basin.policy.basin import BasinParams, BasinPolicy, CliffSummary
-from basin.policy.driver import EngineFigures
+from basin.policy.driver import EngineFigures, PolicyDriver
 from basin.policy.thunderagent import ThunderAgentPolicy
 from basin.predict.peak import GrowthPredictor
 
@@ -103,7 +104,7 @@ class ReplayGate(Gate):
     """The gateway's gate with the engine's figures taken from a recording."""
 
     def __init__(self, policy: Policy, figures: list[EngineFigures]):
-        super().__init__(policy, GatewayConfig(upstream="http://127.0.0.1:9", idle_timeout_s=1e9))
+        super().__init__(policy, GatewayConfig(upstream="http://127.0.0.1:9", idle_timeout_s=604_800.0))
         self.recorded = deque(figures)
 
     def engine_figures(self, now_s: float) -> EngineFigures:
@@ -186,3 +187,53 @@ def test_a_host_that_loses_one_answer_is_caught(monkeypatch) -> None:
     first_answer = next(i for i, e in enumerate(sim.log) if e[0] == "finished" and not e[3])
     gateway = _replay(sim, _basin, skip=first_answer)
     assert gateway.log != [e for i, e in enumerate(sim.log) if i != first_answer]
+
+
+def test_a_burst_of_first_calls_is_decided_alike_by_the_gateway_and_the_driver() -> None:
+    """The same burst through the gate and through a bare PolicyDriver hosted as the
+    simulator hosts it (admission issues the first call at once): the same verdicts."""
+    prompts = [800, 1_200, 3_000, 400, 2_500] * 8
+    gate = Gate(BasinPolicy(BasinParams(lending=False), predictor=GrowthPredictor(1.5)),
+                GatewayConfig(upstream="http://127.0.0.1:9"), capacity_tokens=10_000)
+    gate.control_step(0.0)
+    gate_verdicts = []
+    for i, p in enumerate(prompts):
+        sess = gate.open_call(f"s{i}", 1.0, p, None, end=False)
+        gate_verdicts.append(sess.state is SessionState.ADMITTED)
+        if sess.state is SessionState.ADMITTED:
+            gate.forwarded(sess, p, 1.0)
+
+    class SimHost:
+        def __init__(self, figures: EngineFigures):
+            self.figures, self.prompts = figures, {}
+
+        def engine_figures(self, now_s):
+            return self.figures
+
+        def admitted(self, uid):
+            driver.call_issued(uid, self.prompts[uid], 1.0)
+
+        def shed(self, uid, reason):
+            pass
+
+        def resumed(self, uid):
+            pass
+
+        def ordering(self, on):
+            pass
+
+        def lending(self, on):
+            pass
+
+    host = SimHost(gate.engine_figures(1.0))
+    policy = BasinPolicy(BasinParams(lending=False), predictor=GrowthPredictor(1.5))
+    driver = PolicyDriver(policy, host)
+    host.figures = gate.engine_figures(0.0)
+    driver.tick(0.0)
+    sim_verdicts = []
+    for i, p in enumerate(prompts):
+        host.prompts[i] = p
+        driver.refresh(1.0)
+        sim_verdicts.append(driver.arrive(SessionInfo(i, f"s{i}", "gateway", 1.0, p, None), 0) is Admission.ADMIT)
+    assert gate_verdicts == sim_verdicts and 0 < sum(sim_verdicts) < len(prompts)
+    assert gate.driver.working_set_tokens == driver.working_set_tokens

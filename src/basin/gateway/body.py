@@ -53,6 +53,10 @@ class BodyFacts:
     has_prompt: bool
     #: The first user message (or the prompt string), cut to TASK_TEXT_CHARS.
     task_text: str | None
+    #: Characters of the messages' non-text parts (images, audio, files: base64 data or
+    #: URLs), which an engine does not count as text: a 1.5 MB image is about a hundred
+    #: tokens, not 400,000. The prompt estimate leaves them out.
+    media_chars: int = 0
 
 
 def decode(raw: bytes, encoding: str | None, limit: int) -> bytes:
@@ -123,10 +127,38 @@ def task_text(body: Mapping[str, Any]) -> str | None:
     return text[:TASK_TEXT_CHARS] if text is not None else None
 
 
+def media_chars(body: Mapping[str, Any]) -> int:
+    """Characters in the non-text parts of the messages' content lists."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return 0
+    total = 0
+    for msg in messages:
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and part.get("type") != "text":
+                    total += _chars(part, 4)
+    return total
+
+
+def _chars(value: object, depth: int) -> int:
+    """Characters of the strings in ``value`` (nested up to ``depth``)."""
+    if isinstance(value, str):
+        return len(value)
+    if depth <= 0:
+        return 0
+    if isinstance(value, dict):
+        return sum(_chars(v, depth - 1) for v in value.values())
+    if isinstance(value, list):
+        return sum(_chars(v, depth - 1) for v in value)
+    return 0
+
+
 def facts_of(body: Mapping[str, Any], watched: Iterable[str]) -> BodyFacts:
     values = {name: body[name] for name in watched if name in body}
     return BodyFacts(frozenset(body), values, isinstance(body.get("messages"), list), "prompt" in body,
-                     task_text(body))
+                     task_text(body), media_chars(body))
 
 
 def inspect(raw: bytes, encoding: str | None, limit: int, watched: tuple[str, ...]) -> tuple[bytes, BodyFacts]:
@@ -150,7 +182,17 @@ def rewrite(raw: bytes, facts: BodyFacts, remove: Iterable[str], put: Mapping[st
     for key in drop:
         body.pop(key, None)
     body.update(changed)
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    return _dumps(body)
+
+
+def _dumps(obj: object) -> bytes:
+    """Compact JSON as UTF-8. JSON may escape a lone surrogate (``"\\ud800"``),
+    which has no UTF-8 form: such a body is written with every non-ASCII
+    character escaped, the same JSON value the client sent."""
+    try:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def _plan(facts: BodyFacts, remove: Iterable[str], put: Mapping[str, object]
@@ -171,7 +213,7 @@ def splice(raw: bytes, additions: Mapping[str, object]) -> bytes:
     """``raw`` (a JSON object none of whose keys are in ``additions``) with ``additions`` added."""
     if not additions:
         return raw
-    extra = json.dumps(dict(additions), separators=(",", ":"), ensure_ascii=False)[1:-1].encode()
+    extra = _dumps(dict(additions))[1:-1]
     head = raw.rstrip()
     if not head.endswith(b"}"):
         raise ValueError("splice needs the bytes of a JSON object")

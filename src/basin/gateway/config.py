@@ -20,12 +20,18 @@ from basin.hostport import split_host_port
 from basin.yamlfile import load_yaml, validation_message
 
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+#: Upper ends of the durations' ranges, in seconds.
+HOUR_S = 3_600.0
+DAY_S = 24 * HOUR_S
+WEEK_S = 7 * DAY_S
 
 
 class GatewayConfig(BaseModel):
     """Everything ``basin gateway`` needs; every field has a safe default but the upstream."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Every duration and rate is a finite number within its stated range (an infinite
+    # timeout or interval would be accepted by "> 0" and mean "never").
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     upstream: str = Field(description="Base URL of the engine or its router, e.g. http://127.0.0.1:30000")
     engine: EngineName = "openai"
@@ -63,16 +69,16 @@ class GatewayConfig(BaseModel):
         "Authorization); a later call with another value gets a 403. Unset: sessions are not bound")
     end_header: str = "X-Session-End"
     end_body_field: str = "session_end"
-    idle_timeout_s: float = Field(default=600.0, gt=0)
-    chars_per_token: float = Field(default=4.0, gt=0, description="Estimate of prompt tokens before the "
+    idle_timeout_s: float = Field(default=600.0, gt=0, le=WEEK_S)
+    chars_per_token: float = Field(default=4.0, gt=0, le=64, description="Estimate of prompt tokens before the "
                                    "engine reports them")
     request_stream_usage: bool = Field(default=True, description="Ask for usage in streamed responses "
                                        "(stream_options.include_usage) so contexts are tracked exactly")
     # timing and limits
-    scrape_interval_s: float = Field(default=5.0, gt=0)
-    stale_after_s: float = Field(default=15.0, gt=0)
-    keepalive_s: float = Field(default=10.0, gt=0)
-    retry_after_s: int = Field(default=60, ge=1)
+    scrape_interval_s: float = Field(default=5.0, gt=0, le=HOUR_S)
+    stale_after_s: float = Field(default=15.0, gt=0, le=DAY_S)
+    keepalive_s: float = Field(default=10.0, gt=0, le=HOUR_S)
+    retry_after_s: int = Field(default=60, ge=1, le=DAY_S)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="Largest request body, "
                                 "before and after decompression (413 above)")
     offload_body_bytes: int = Field(default=1024 * 1024, ge=0, description="Bodies larger than this (and "
@@ -81,25 +87,25 @@ class GatewayConfig(BaseModel):
                                          "engine answer the gateway buffers (502 above)")
     max_metrics_bytes: int = Field(default=8 * 1024 * 1024, gt=0, description="Largest engine /metrics "
                                    "text read (a larger one counts as a failed scrape)")
-    upstream_timeout_s: float = Field(default=600.0, gt=0)
-    client_idle_timeout_s: float = Field(default=30.0, gt=0, description="A client connection is closed when "
+    upstream_timeout_s: float = Field(default=600.0, gt=0, le=DAY_S)
+    client_idle_timeout_s: float = Field(default=30.0, gt=0, le=HOUR_S,
+                                         description="A client connection is closed when "
                                          "it has not completed a request's headers this long after opening or "
                                          "after its last answer (idle keep-alive and slow headers alike)")
-    client_body_timeout_s: float = Field(default=30.0, gt=0, description="Longest time to receive a request's "
+    client_body_timeout_s: float = Field(default=30.0, gt=0, le=HOUR_S,
+                                         description="Longest time to receive a request's "
                                          "body (408 above)")
     max_connections: int = Field(default=1000, ge=1, description="Client connections served at once; a call "
                                  "on one more gets a 503 and the connection is closed")
-    shutdown_timeout_s: float = Field(default=30.0, ge=0, description="On SIGTERM or SIGINT, how long calls in "
+    shutdown_timeout_s: float = Field(default=30.0, ge=0, le=HOUR_S,
+                                      description="On SIGTERM or SIGINT, how long calls in "
                                       "flight may take to finish before they are cut")
     # control loop
-    control_retry_s: float = Field(default=1.0, gt=0, description="First retry delay after a control step "
+    control_retry_s: float = Field(default=1.0, gt=0, le=HOUR_S, description="First retry delay after a control step "
                                    "fails (doubling up to 30 s)")
     control_failure_limit: int = Field(default=3, ge=1, description="Control steps failed in a row after which "
                                        "/healthz reports unhealthy and parked sessions are shed")
-    arrival_tick_growth: float = Field(default=0.05, ge=0, description="A first call runs a control step "
-                                       "before its admission once the working set grew by this share of the "
-                                       "capacity since the last step; 0: only timed steps")
-    hit_window_s: float = Field(default=60.0, gt=0)
+    hit_window_s: float = Field(default=60.0, gt=0, le=DAY_S)
     # recording (docs/gateway.md, "Recording your own traffic")
     record: str | None = Field(default=None, description="Write each ended session's calls to this .jsonl "
                                "file in the workload schema (task text hashed, no content)")
@@ -114,13 +120,24 @@ class GatewayConfig(BaseModel):
     monitor_host_ratio: float | None = Field(default=None, ge=0, description="Host tier as a multiple of the GPU "
                                              "cache (default: the deployment's)")
     monitor_curve: str = Field(default="paper", description="Hit curve of the model: paper, simulator or a CSV")
-    monitor_time_scale: float = Field(default=1.0, gt=0, description="Engine seconds per gateway second: 1 for "
+    monitor_time_scale: float = Field(default=1.0, gt=0, le=1e6, description="Engine seconds per gateway second: 1 for "
                                       "a real engine, an accelerated emulator's --speed")
-    monitor_window_s: float = Field(default=300.0, gt=0, description="Engine seconds over which the monitor "
+    monitor_window_s: float = Field(default=300.0, gt=0, le=WEEK_S, description="Engine seconds over which the monitor "
                                     "takes rates and means")
-    monitor_surge_min: float = Field(default=10.0, gt=0, description="Length of the trapping surge searched for")
-    monitor_surge_interval_s: float = Field(default=60.0, gt=0, description="Gateway seconds between searches "
+    monitor_surge_min: float = Field(default=10.0, gt=0, le=DAY_S / 60,
+                                     description="Length of the trapping surge searched for")
+    monitor_surge_interval_s: float = Field(default=60.0, gt=0, le=DAY_S,
+                                            description="Gateway seconds between searches "
                                             "for the smallest trapping surge (each costs about a CPU-second)")
+    # state across restarts (docs/gateway.md, "Restarts")
+    state_store: str | None = Field(default=None, description="Keep sessions, the parked order and the "
+                                    "policy's state across restarts: a SQLite file path, or redis://HOST:PORT/DB "
+                                    "shared by several replicas. Unset: a restart starts afresh")
+    state_replica: str = Field(default="gateway", description="This replica's name in a shared store (each "
+                               "replica keeps its own sessions; a replica restarted under its name takes them "
+                               "back)")
+    state_flush_s: float = Field(default=0.5, gt=0, le=60, description="Seconds between writes to the state "
+                                 "store (what a crash can lose), off the request path")
     admin_token: str | None = Field(default=None, min_length=16)
 
     @field_validator("predictor")

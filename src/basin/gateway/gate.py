@@ -38,7 +38,7 @@ from basin.gateway.snapshot import EngineSnapshot
 from basin.gateway.usage import CallUsage
 from basin.jsonvalues import json_values
 from basin.policy.base import Admission, EngineNeeds, Policy, SessionInfo, Signals
-from basin.policy.driver import MIN_TICK_S, EngineFigures, PolicyDriver
+from basin.policy.driver import EngineFigures, PolicyDriver
 from basin.policy.params import PolicyParamError
 from basin.workload.records import Session
 
@@ -50,6 +50,8 @@ log = logging.getLogger("basin.gateway")
 #: Capacity reported to the policy when neither the operator nor the engine
 #: gives one: admission by working set then never engages (the gateway warns).
 UNKNOWN_CAPACITY_TOKENS = 1 << 60
+#: Parked session ids /admin/state lists, first to be released first.
+PARKED_SHOWN = 1000
 #: Longest wait before a failed control step is retried.
 MAX_CONTROL_RETRY_S = 30.0
 
@@ -57,19 +59,6 @@ MAX_CONTROL_RETRY_S = 30.0
 def control_retry_s(base_s: float, failures: int) -> float:
     """Delay before retrying after ``failures`` failed control steps in a row: doubling, capped."""
     return min(base_s * 2.0 ** max(failures - 1, 0), MAX_CONTROL_RETRY_S)
-
-
-def arrival_tick_due(last_tick_s: float | None, now_s: float, working_set: int, working_set_at_tick: int,
-                     capacity_tokens: int, growth: float) -> bool:
-    """Whether a first call should see a fresh control step before its admission
-    decision: the working set grew by ``growth`` of the capacity since the last
-    step (so a burst of arrivals cannot all be admitted on a budget computed
-    before any of them), and at most one step every 0.1 s."""
-    if growth <= 0 or capacity_tokens <= 0:
-        return False
-    if last_tick_s is not None and now_s - last_tick_s < MIN_TICK_S:
-        return False
-    return working_set - working_set_at_tick >= growth * capacity_tokens
 
 
 def unprovided(needs: EngineNeeds, config: GatewayConfig) -> tuple[str, ...]:
@@ -149,12 +138,18 @@ class Gate:
         self.control_errors = 0
         self.last_control_error: str | None = None
         self.last_tick_s: float | None = None
-        self._working_set_at_tick = 0
+        #: When the policy asked for its next control step (None before the first).
+        self.next_step_s: float | None = None
+        #: Called when something that may change a decision happened between steps (a call
+        #: or a session ended while sessions are parked): the server's control loop wakes.
+        self.wake: Callable[[], None] | None = None
         #: ``--record``: the sessions' calls, and where an ended session goes (set by the server).
         self.recorder: TrafficRecorder | None = None
         self.on_recorded: Callable[[Session, float], None] | None = None
         #: Sessions that have arrived (admitted, parked or shed at once), for the monitor's arrival rate.
         self.arrived = 0
+        #: Told of each arrival (uid, time) when a state store keeps the arrival history.
+        self.on_arrival: Callable[[int, float], None] | None = None
         #: The vulnerability monitor, handed an observation after each control step (set by the server).
         self.monitor: VulnerabilityMonitor | None = None
         self.monitor_errors = 0
@@ -289,9 +284,15 @@ class Gate:
         sess = self.table.add(session_id, now_s, prompt_tokens, task_text)
         sess.owner = owner
         self.arrived += 1
+        if self.on_arrival is not None:
+            self.on_arrival(sess.uid, now_s)
         info = SessionInfo(sess.uid, session_id, "gateway", now_s, prompt_tokens, task_text)
         try:
-            verdict = self.driver.arrive(info)
+            # Decided as it comes: the admission gate is brought up to date first (a burst
+            # between two steps meets the budget), and the session's first prompt counts in
+            # the working set from its admission, before its call is forwarded.
+            self.driver.refresh(now_s)
+            verdict = self.driver.arrive(info, prompt_tokens)
         except Exception as exc:
             self._control_error("the policy's arrival decision", exc, "the session gets a retryable 503")
             self.table.remove(sess, SessionState.SHED)
@@ -304,16 +305,6 @@ class Gate:
                 self._guarded("the policy's session-end hook", self.driver.session_finished, sess.uid, now_s)
                 self.shed(sess.uid, "controller-failed")
         return sess
-
-    def before_arrival(self, session_id: str, now_s: float) -> None:
-        """Run a control step first when a new session would otherwise be
-        decided on a stale budget (see :func:`arrival_tick_due`)."""
-        if session_id in self.table.sessions or self.control_failed:
-            return
-        capacity = self.known_capacity_tokens()
-        if capacity and arrival_tick_due(self.last_tick_s, now_s, self.driver.working_set_tokens,
-                                         self._working_set_at_tick, capacity, self.config.arrival_tick_growth):
-            self.control_step(now_s)
 
     def must_wait(self, sess: GatewaySession) -> bool:
         return sess.state is SessionState.PARKED or self.driver.is_paused(sess.uid)
@@ -340,12 +331,39 @@ class Gate:
         self.table.call_done(sess, usage, now_s, refused)
         if self.recorder is not None:
             self.recorder.call_done(sess.session_id, None if refused else usage, now_s)
+        if not sess.counted and sess.state is SessionState.ADMITTED:
+            self._count_prompt(sess, usage, refused)
         last = sess.ending and sess.in_flight == 0
         if sess.state is SessionState.ADMITTED:
             self._guarded("the policy's call hook", self.driver.call_finished, sess.uid, sess.context_tokens,
                           last, now_s)
         if last:
             self._finish(sess, now_s, "finished")
+        elif self.driver.parked:
+            self._changed()
+
+    def _count_prompt(self, sess: GatewaySession, usage: CallUsage | None, refused: bool) -> None:
+        """The engine's first count of the session's prompt replaces the estimate its
+        admission was decided on; a refusal before any count releases the reservation."""
+        if usage is not None and usage.prompt_tokens > 0:
+            sess.counted = True
+            count = usage.prompt_tokens
+        elif refused:
+            count = 0
+        else:
+            return
+        info = SessionInfo(sess.uid, sess.session_id, "gateway", sess.arrival_s, count, sess.task_text)
+        self._guarded("the policy's prompt-count hook", self.driver.prompt_counted, info)
+
+    def _changed(self) -> None:
+        if self.wake is not None:
+            self.wake()
+
+    def refresh(self, now_s: float) -> None:
+        """Between steps: the policy's admission gate and parked releases brought up to date
+        (the control loop runs it when woken); a failure is counted like a failed step's hook."""
+        if not self.control_failed:
+            self._guarded("the policy's between-steps update", self.driver.refresh, now_s)
 
     def abandon(self, sess: GatewaySession, waiter: Waiter, now_s: float) -> None:
         """A held call's client went away: forget the waiter; a parked session
@@ -397,14 +415,21 @@ class Gate:
                                 "parked sessions are shed")
             if self.control_failed:
                 self.shed_parked("controller-failed", now_s)
+            self.next_step_s = now_s + retry
             return retry
         if self.control_failures:
             log.warning("the control step works again after %d failures in a row", self.control_failures)
         self.control_failures = 0
         self.last_tick_s = now_s
-        self._working_set_at_tick = self.driver.working_set_tokens
+        self.next_step_s = now_s + delay
         self.observe(now_s)
         return delay
+
+    def overdue_s(self, now_s: float) -> float:
+        """How long the next control step is overdue (0: on time, or none was asked for yet)."""
+        if self.next_step_s is None:
+            return 0.0
+        return max(now_s - self.next_step_s, 0.0)
 
     def observation(self, now_s: float) -> Observation:
         """What the monitor is handed: cumulative arrivals and departures, the admitted population, its
@@ -434,6 +459,22 @@ class Gate:
             log.warning("shed %d parked session(s): %s", len(parked), reason)
         return len(parked)
 
+    def turn_away_parked(self, reason: str) -> int:
+        """Answer every held call of a parked session with a retryable 503, keeping the
+        sessions parked in their order (a stop with a state store: they come back to
+        their place when their clients retry after the restart); returns how many."""
+        turned = 0
+        for uid in self.driver.parked:
+            sess = self.table.by_uid.get(uid)
+            if sess is None or uid not in self.waiters:
+                continue
+            sess.shed_reason = reason
+            for waiter in self.waiters.pop(uid):
+                if not waiter.done():
+                    waiter.set_result(SessionState.SHED)
+                    turned += 1
+        return turned
+
     def _control_error(self, what: str, exc: BaseException, then: str = "the call goes on") -> None:
         self.control_errors += 1
         self.last_control_error = f"{what} failed: {type(exc).__name__}: {exc}"
@@ -458,6 +499,8 @@ class Gate:
         self._guarded("the policy's session-end hook", self.driver.session_finished, sess.uid, now_s)
         self._record_end(sess.session_id)
         self._wake(sess)
+        if self.driver.parked:
+            self._changed()
 
     def _record_end(self, session_id: str) -> None:
         if self.recorder is None:
@@ -484,6 +527,19 @@ class Gate:
         return json_values(self.policy.params.as_dict(), nonfinite="string")
 
     # ------------------------------------------------------------ views
+    def parked_order(self) -> list[str]:
+        """Parked session ids in the order the policy would release them: by its priority
+        key, then arrival (a walk and a sort of the parked queue: for views, not calls)."""
+        driver = self.driver
+        position = {uid: i for i, uid in enumerate(driver.parked)}
+        inf = math.inf
+
+        def key(uid: int) -> tuple[float, int]:
+            prio = driver.priority_key(uid)
+            return (prio if prio is not None else inf, position[uid])
+        return [self.table.by_uid[uid].session_id for uid in sorted(driver.parked, key=key)
+                if uid in self.table.by_uid]
+
     def state(self) -> dict[str, object]:
         """Everything an operator asks first, as plain JSON values."""
         sig = self.last_signals
@@ -499,6 +555,7 @@ class Gate:
             "ordering": self.ordered,
             "sessions": {state.value: self.table.count(state)
                          for state in (SessionState.ADMITTED, SessionState.PARKED)},
+            "parked_order": self.parked_order()[:PARKED_SHOWN],
             "paused": self.paused_count(),
             "counts": dict(self.counts),
             "working_set_tokens": self.table.working_set_tokens(),

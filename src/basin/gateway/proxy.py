@@ -39,7 +39,7 @@ from basin.gateway.gate import Gate, NotOwner, ShedError
 from basin.gateway.netio import EveryFewSeconds, TooLarge, read_capped
 from basin.gateway.sessions import GatewaySession, SessionState
 from basin.gateway.telemetry import Telemetry
-from basin.gateway.usage import CallUsage, usage_from_body, usage_from_stream_tail
+from basin.gateway.usage import CallUsage, StreamUsage, usage_from_body
 
 log = logging.getLogger("basin.gateway")
 
@@ -47,15 +47,19 @@ GATED_PATHS = ("/v1/chat/completions", "/v1/completions")
 PASSTHROUGH_PATHS = ("/v1/models",)
 #: Request headers worth carrying to the engine; everything else stays here.
 _FORWARD_HEADERS = ("authorization", "accept", "x-request-id", "x-correlation-id", "traceparent", "tracestate")
-#: Response headers worth carrying back (framing headers are the gateway's own).
-_RETURN_HEADERS = ("content-type", "x-request-id", "retry-after", "openai-processing-ms")
+#: Response headers worth carrying back (framing headers are the gateway's own;
+#: the body is relayed as the engine encoded it, so its encoding goes with it).
+_RETURN_HEADERS = ("content-type", "content-encoding", "x-request-id", "retry-after", "openai-processing-ms")
 #: Body fields the gateway owns: a client's value is dropped (the engine's
 #: queue order is the policy's, not the caller's).
 OWNED_FIELDS = ("priority",)
 _TRUE = ("1", "true", "yes")
 _FALSE = ("0", "false", "no", "")
-_STREAM_TAIL_BYTES = 16384
 _MAX_SESSION_ID = 256
+
+
+class ClientGone(Exception):
+    """The client hung up while the gateway wrote to it (counted once as ``client_gone``)."""
 
 
 class BadCall(Exception):
@@ -221,7 +225,8 @@ class Proxy:
             raise BadCall(400, "invalid_field", "body field 'messages': a chat completion needs a list of messages")
         if request.path == "/v1/completions" and not facts.has_prompt:
             raise BadCall(400, "invalid_field", "body field 'prompt': a completion needs a prompt")
-        prompt_tokens = max(int(size / cfg.chars_per_token), 1)
+        # Estimated by its text until the engine counts it (Gate.done hands the count to the policy).
+        prompt_tokens = max(int((size - facts.media_chars) / cfg.chars_per_token), 1)
         return CallMeta(str(session_id), end, stream, prompt_tokens, facts.task_text, anonymous)
 
     def owner_of(self, request: web.Request, call: CallMeta) -> bytes | None:
@@ -262,7 +267,6 @@ class Proxy:
             return self._refuse(exc.status, exc.kind, str(exc))
         gate = self.gate
         now = self.clock()
-        gate.before_arrival(call.session_id, now)
         try:
             sess = gate.open_call(call.session_id, now, call.prompt_tokens, call.task_text, call.end, owner)
         except ShedError as exc:
@@ -275,15 +279,19 @@ class Proxy:
         waited = 0.0
         if gate.must_wait(sess):
             wait_start = time.perf_counter()
-            response, verdict = await self._hold(request, sess, call)
+            try:
+                response, verdict = await self._hold(request, sess, call)
+            except ClientGone:
+                self.telemetry.calls.labels("client_gone").inc()
+                return web.Response(status=499)  # nobody reads it: the connection is gone
             waited = time.perf_counter() - wait_start
             self.telemetry.park_wait.observe(waited)
             if verdict is not SessionState.ADMITTED:
                 reason = sess.shed_reason or "session ended while held"
                 if response is not None:
                     self.telemetry.calls.labels("shed").inc()
-                    await response.write(sse_error(503, "session_shed", f"the session was shed ({reason}); "
-                                                   f"retry after {self.config.retry_after_s} s"))
+                    await self._try_write(response, sse_error(503, "session_shed", f"the session was shed ({reason}); "
+                                                              f"retry after {self.config.retry_after_s} s"))
                     return response
                 return self._shed_response(reason, "the session was shed to protect the engine")
         payload = await self._payload(plain, facts, sess, call)
@@ -296,6 +304,12 @@ class Proxy:
             usage, response, refused = await self._forward(request, sess, call, plain, facts, payload, headers,
                                                            response, work)
             return response
+        except ClientGone as gone:
+            # Hung up mid-answer: the engine took the call (its usage, if read, stands); no traceback.
+            refused = False
+            usage = gone.args[0] if gone.args else None
+            self.telemetry.calls.labels("client_gone").inc()
+            return response if response is not None else web.Response(status=499)
         except asyncio.CancelledError:
             refused = False
             if not self.stopping:
@@ -344,7 +358,7 @@ class Proxy:
                     verdict = await asyncio.wait_for(asyncio.shield(waiter), self.config.keepalive_s)
                     return response, verdict
                 except TimeoutError:
-                    await response.write(b": waiting for admission\n\n")
+                    await self._write(response, b": waiting for admission\n\n")
         except BaseException:
             self.gate.abandon(sess, waiter, self.clock())
             raise
@@ -439,12 +453,13 @@ class Proxy:
             else:
                 self.telemetry.calls.labels("ok" if up.status < 400 else "upstream_error").inc()
             ok = 200 <= up.status < 300
-            usage = usage_from_body(data) if ok else None
+            usage = await self._usage_of(data, up.headers.get("Content-Encoding")) if ok else None
             if response is not None:  # a held stream already answered 200
                 if ok:
-                    await response.write(data)
+                    await self._write(response, data, usage)
                 else:
-                    await response.write(sse_error(up.status, "upstream_error", data.decode("utf-8", "replace")))
+                    await self._write(response, sse_error(up.status, "upstream_error",
+                                                          data.decode("utf-8", "replace")))
                 return usage, response, not ok
             return usage, web.Response(status=up.status, body=data, headers=self._returned(up)), not ok
         raise AssertionError("unreachable: the second attempt always returns")
@@ -466,26 +481,25 @@ class Proxy:
                             ) -> tuple[CallUsage | None, web.StreamResponse]:
         if response is None:
             response = web.StreamResponse(status=up.status, headers=self._returned(up))
-            await response.prepare(request)
-        tail = b""
+            try:
+                await response.prepare(request)
+            except (ConnectionError, RuntimeError):
+                raise ClientGone(None) from None
+        scanner = StreamUsage(up.headers.get("Content-Encoding"))
         answering = False
         try:
             async for chunk in up.content.iter_any():
                 if not answering:  # the prompt is prefilled once the first bytes of the answer arrive
                     self.gate.answering(sess, work_tokens)
                     answering = True
-                try:
-                    await response.write(chunk)
-                except ConnectionError:
-                    self.telemetry.calls.labels("client_gone").inc()
-                    raise
-                tail = (tail + chunk)[-_STREAM_TAIL_BYTES:]
+                scanner.feed(chunk)
+                await self._write(response, chunk, scanner)
         except (TimeoutError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             self.telemetry.calls.labels("upstream_broke").inc()
             self._note_upstream_failure(exc)
             why = (f"sent nothing for {self.config.upstream_timeout_s:g} s" if isinstance(exc, TimeoutError)
                    else "closed the stream early")
-            await response.write(sse_error(502, "upstream_failed", f"the upstream engine {why}"))
+            await self._write(response, sse_error(502, "upstream_failed", f"the upstream engine {why}"))
             return None, response
         except asyncio.CancelledError:
             if not self.stopping:
@@ -499,7 +513,30 @@ class Proxy:
                                                       "the gateway is shutting down; retry the call"))
             return None, response
         self.telemetry.calls.labels("ok").inc()
-        return usage_from_stream_tail(tail), response
+        return scanner.close(), response
+
+    @staticmethod
+    async def _write(response: web.StreamResponse, data: bytes, usage: CallUsage | StreamUsage | None = None) -> None:
+        """Write to the client; a client that hung up is :class:`ClientGone` (carrying the
+        usage read so far), never mistaken for the engine breaking. aiohttp's reset error is
+        a ``ConnectionError`` and an ``aiohttp.ClientConnectionError`` at once."""
+        try:
+            await response.write(data)
+        except (ConnectionError, RuntimeError):
+            raise ClientGone(usage.close() if isinstance(usage, StreamUsage) else usage) from None
+
+    async def _usage_of(self, data: bytes, encoding: str | None) -> CallUsage | None:
+        """Usage of a whole answer, inflated for reading when the engine compressed it."""
+        if encoding is None or encoding.strip().lower() in ("", "identity"):
+            return usage_from_body(data)
+        try:
+            if len(data) <= self.config.offload_body_bytes // 16:
+                plain = bodies.decode(data, encoding, self.config.max_upstream_body_bytes)
+            else:
+                plain = await self.workers.run(bodies.decode, data, encoding, self.config.max_upstream_body_bytes)
+        except bodies.BadBody:
+            return None
+        return usage_from_body(plain)
 
     @staticmethod
     async def _try_write(response: web.StreamResponse, data: bytes) -> None:

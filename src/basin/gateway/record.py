@@ -39,7 +39,7 @@ def task_hash(text: str | None) -> str | None:
     """A stable stand-in for a task's text: equal tasks hash equal, the text stays private."""
     if not text:
         return None
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 @dataclass

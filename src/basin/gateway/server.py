@@ -28,9 +28,12 @@ from basin.gateway.exposition import MonitorCollector
 from basin.gateway.gate import Gate, lending_hint, unprovided
 from basin.gateway.lending import LendingSwitch
 from basin.gateway.monitor import MonitorSettings, build_monitor, find_smallest_surge
+from basin.gateway.netio import EveryFewSeconds
+from basin.gateway.persist import Journal, read_meta, restore, resumed_clock_s
 from basin.gateway.proxy import GATED_PATHS, PASSTHROUGH_PATHS, Proxy, error_response
 from basin.gateway.record import RecordFile, TrafficRecorder
 from basin.gateway.scrape import EngineMetrics
+from basin.gateway.store import StateStore, open_store
 from basin.gateway.telemetry import Telemetry
 from basin.policy.base import Policy
 from basin.policy.registry import policy_class, policy_names
@@ -41,6 +44,9 @@ from basin.workload.records import Session
 log = logging.getLogger("basin.gateway")
 #: Monitor observations per window, besides those the control steps hand it.
 MONITOR_SAMPLES = 30
+#: How late a control step may be before /healthz says unhealthy (an event loop busy
+#: with a burst of calls delays a step by milliseconds; a stuck loop, for ever).
+LOOP_GRACE_S = 5.0
 
 #: Gateway defaults of policies whose full form needs the engine's help:
 #: BASIN runs without decode-memory lending, which only an engine can do
@@ -87,7 +93,11 @@ class GatewayServer:
     def __init__(self, config: GatewayConfig, policy: Policy | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.config = config
-        self.clock = clock
+        #: Every time the gateway hands out (to the policy, its tables, the monitor) is seconds
+        #: since the gateway started, not since the machine booted: a policy's arrival window
+        #: and priorities then mean the same after a restart.
+        self._raw_clock = clock
+        self._origin_s = clock()
         self.policy = policy if policy is not None else build_policy(config)
         self.adapter = make_adapter(config.engine, low_priority_first=config.low_priority_first)
         self.client: aiohttp.ClientSession | None = None
@@ -99,9 +109,19 @@ class GatewayServer:
         self.warnings: list[str] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
-        self._tick_now = asyncio.Event()
+        self._woken = asyncio.Event()
+        self._step_now = False
         self.guard = ConnectionGuard(config.max_connections, config.client_idle_timeout_s)
         self.url = ""
+        #: state_store: where sessions and the policy's state outlive the process, and its writer.
+        self.store: StateStore | None = None
+        self.journal: Journal | None = None
+        self.store_errors = 0
+        self.restored_sessions = 0
+        self._store_task: asyncio.Task[None] | None = None
+        self._store_stop = asyncio.Event()
+        self._log_store = EveryFewSeconds(log, logging.ERROR)
+        self._stored_meta: dict[str, Any] | None = None
 
     async def start(self) -> str:
         try:
@@ -109,6 +129,10 @@ class GatewayServer:
         except BaseException:
             await self.stop()
             raise
+
+    def clock(self) -> float:
+        """Seconds since the gateway started."""
+        return self._raw_clock() - self._origin_s
 
     async def _start(self) -> str:
         cfg = self.config
@@ -119,8 +143,11 @@ class GatewayServer:
                                           cfg.decode_metrics_urls, cfg.scrape_interval_s, self.clock,
                                           cfg.max_metrics_bytes)
         self.warnings = list(await self.adapter.check_features(self.client, cfg.upstream))
-        self.gate = Gate(self.policy, cfg, self.poller, cfg.cache_tokens, origin_s=self.clock())
+        self.gate = Gate(self.policy, cfg, self.poller, cfg.cache_tokens)
         self.gate.slots = self._slots_from_engine()
+        self.gate.wake = self._woken.set
+        if cfg.state_store is not None:
+            await self._open_store(cfg.state_store, cfg.state_replica)
         if cfg.lending_url is not None:
             self.gate.lender = LendingSwitch(cfg.lending_url, self.client)
         if cfg.record is not None:
@@ -137,6 +164,8 @@ class GatewayServer:
         refused = self.telemetry.calls.labels("too_many_connections")
         self.guard.on_refused = refused.inc
         self.proxy = Proxy(cfg, self.gate, self.adapter, self.telemetry, self.client, self.clock)
+        if self._stored_meta is not None:  # credential digests stay comparable across the restart
+            self.proxy._binding_key = bytes.fromhex(self._stored_meta["binding_key"])
         self._log_startup(self.gate.known_capacity_tokens())
         app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[refuse_over_limit])
         for path in GATED_PATHS:
@@ -166,7 +195,47 @@ class GatewayServer:
             self._tasks += [asyncio.create_task(self._surge_loop()), asyncio.create_task(self._monitor_loop())]
         if self.gate.known_capacity_tokens() is None and isinstance(self.adapter, LlamaCppAdapter):
             self._tasks.append(asyncio.create_task(self._watch_capacity(self.adapter)))
+        if self.store is not None:
+            self.journal = Journal(self.gate)
+            self._store_task = asyncio.create_task(self._store_loop())
         return self.url
+
+    async def _open_store(self, spec: str, replica: str) -> None:
+        """Open the state store and put back what it keeps; the gateway's clock continues the stored one."""
+        assert self.gate is not None
+        self.store = await asyncio.to_thread(open_store, spec, replica)
+        stored = await asyncio.to_thread(self.store.load)
+        if stored is None:
+            log.info("state store %s is empty: starting afresh", self.store.where)
+            return
+        meta = read_meta(stored, self.store.where, self.policy.name)
+        self._origin_s = self._raw_clock() - resumed_clock_s(meta, time.time())
+        self.restored_sessions = restore(self.gate, stored, meta, self.clock())
+        self._stored_meta = meta
+        log.info("restored %d session(s) (%d parked) and the policy's state from %s", self.restored_sessions,
+                 len(self.gate.driver.parked), self.store.where)
+
+    async def _store_loop(self) -> None:
+        """Writes the changes to the state store every ``state_flush_s``, in a worker thread; a last
+        write when the gateway stops. A failed write is logged, counted and retried with the next."""
+        while not self._store_stop.is_set():
+            try:
+                async with asyncio.timeout(self.config.state_flush_s):
+                    await self._store_stop.wait()
+            except TimeoutError:
+                pass
+            await self._flush()
+
+    async def _flush(self) -> None:
+        assert self.store is not None and self.journal is not None and self.proxy is not None
+        batch = self.journal.capture(self.clock(), time.time(), self.proxy._binding_key)
+        try:
+            await asyncio.to_thread(self.store.write, batch)
+        except Exception as exc:
+            self.journal.retry(batch)
+            self.store_errors += 1
+            self._log_store("cannot write to the state store %s (retried with the next write): %s: %s",
+                            self.store.where, type(exc).__name__, exc)
 
     def _record_to(self, cfg: GatewayConfig) -> None:
         """``--record``: ended sessions go to the file; a failed write is logged, never a failed call."""
@@ -205,6 +274,13 @@ class GatewayServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._store_task is not None:
+            self._store_stop.set()
+            await self._store_task
+            self._store_task = None
+        if self.store is not None:
+            self.store.close()
+            self.store = None
         if self.proxy is not None:
             self.proxy.workers.close()
         if self.gate is not None and self.gate.lender is not None:
@@ -222,7 +298,10 @@ class GatewayServer:
         if self.gate is not None and self.proxy is not None and self._runner is not None:
             self.gate.draining = True
             self.proxy.stopping = True
-            shed = self.gate.shed_parked("shutting-down", self.clock())
+            if self.store is not None:  # kept parked, in their order, for the restart
+                shed = self.gate.turn_away_parked("shutting-down")
+            else:
+                shed = self.gate.shed_parked("shutting-down", self.clock())
             log.info("shutting down: new sessions refused, %d parked call(s) answered with 503; %d call(s) in "
                      "flight get up to %g s to finish", shed, len(self.proxy.active), cfg.shutdown_timeout_s)
             for site in list(self._runner.sites):
@@ -301,13 +380,24 @@ class GatewayServer:
             log.warning("%s", warning)
 
     async def _control_loop(self) -> None:
-        """Control steps at the policy's cadence; a step that raises is retried (Gate.control_step)."""
-        assert self.gate is not None
+        """Control steps at the policy's cadence (a step that raises is retried, Gate.control_step),
+        and between them, whenever woken by a change that may release a parked session (a call or
+        a session ended), the policy's between-steps update; a parameter change steps at once.
+        It never sleeps past the next step the policy asked for."""
+        gate = self.gate
+        assert gate is not None
+        due = self.clock()
         while True:
-            delay = self.gate.control_step(self.clock())
-            self._tick_now.clear()
+            now = self.clock()
+            if self._step_now or now >= due:
+                self._step_now = False
+                due = now + gate.control_step(now)
+            else:
+                gate.refresh(now)
+            self._woken.clear()
             try:
-                await asyncio.wait_for(self._tick_now.wait(), delay)
+                async with asyncio.timeout(max(due - self.clock(), 0.0)):
+                    await self._woken.wait()
             except TimeoutError:
                 pass
 
@@ -343,7 +433,8 @@ class GatewayServer:
 
     def request_tick(self) -> None:
         """Run the control step now (admin changes, tests)."""
-        self._tick_now.set()
+        self._step_now = True
+        self._woken.set()
 
     # ------------------------------------------------------------ endpoints
     async def _health(self, request: web.Request) -> web.Response:
@@ -353,6 +444,11 @@ class GatewayServer:
             return web.json_response({"status": "unhealthy", "policy": self.policy.name,
                                       "reason": f"the control step failed {self.gate.control_failures} times "
                                       "in a row; parked sessions are shed; the log has the cause"}, status=503)
+        late = self.gate.overdue_s(self.clock())
+        if late > LOOP_GRACE_S:
+            return web.json_response({"status": "unhealthy", "policy": self.policy.name,
+                                      "reason": f"the control loop has not stepped for {late:.1f} s past the step "
+                                      "the policy asked for; parked sessions wait for it"}, status=503)
         return web.json_response({"status": "ok", "policy": self.policy.name})
 
     async def _metrics(self, request: web.Request) -> web.Response:
@@ -371,7 +467,7 @@ class GatewayServer:
                 return error_response(403, "admin_disabled", "the admin API is off; set admin_token in the "
                                       "gateway config (or BASIN_ADMIN_TOKEN) to enable it")
             given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), f"Bearer {token}".encode()):
                 return error_response(401, "unauthorized", "send the admin token as 'Authorization: Bearer TOKEN'")
             return await handler(request)
         return guarded
@@ -393,6 +489,8 @@ class GatewayServer:
             "lending": self.gate.lender.state() if self.gate.lender is not None else None,
             "warnings": self.warnings,
         }
+        state["store"] = None if self.store is None else {
+            "where": self.store.where, "write_errors": self.store_errors, "restored_sessions": self.restored_sessions}
         return web.json_response(state)
 
     async def _drain(self, request: web.Request) -> web.Response:

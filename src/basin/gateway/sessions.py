@@ -49,6 +49,9 @@ class GatewaySession:
     #: first byte: each call's prompt beyond the context the engine last
     #: confirmed (the part it must compute if the session's prefix survived).
     unanswered_prompt_tokens: int = 0
+    #: The engine has counted the session's prompt (its first usage): the policy's
+    #: reservation no longer rests on the body-size estimate.
+    counted: bool = False
     #: The end marker was seen: the session ends when its last call is answered.
     ending: bool = False
     shed_reason: str | None = None
@@ -74,6 +77,9 @@ class SessionTable:
     _states: dict[SessionState, int] = field(default_factory=dict)
     #: Sessions with nothing in flight, least recently seen first.
     _idle: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    #: With a state store: uids changed and ids removed since the last write (None: no store).
+    changed: set[int] | None = None
+    removed: set[str] | None = None
 
     def get(self, session_id: str) -> GatewaySession | None:
         return self.sessions.get(session_id)
@@ -87,12 +93,24 @@ class SessionTable:
         self.by_uid[sess.uid] = sess
         self._states[sess.state] = self._states.get(sess.state, 0) + 1
         self._idle[sess.uid] = None
+        if self.changed is not None:
+            self.changed.add(sess.uid)
         return sess
+
+    def put(self, sess: GatewaySession) -> None:
+        """A session read back from the state store (added in order of ``last_seen_s``)."""
+        self.sessions[sess.session_id] = sess
+        self.by_uid[sess.uid] = sess
+        self._states[sess.state] = self._states.get(sess.state, 0) + 1
+        self._idle[sess.uid] = None
+        self._next_uid = max(self._next_uid, sess.uid + 1)
 
     def set_state(self, sess: GatewaySession, state: SessionState) -> None:
         if sess.uid in self.by_uid:
             self._states[sess.state] -= 1
             self._states[state] = self._states.get(state, 0) + 1
+            if self.changed is not None:
+                self.changed.add(sess.uid)
         sess.state = state
 
     def remove(self, sess: GatewaySession, state: SessionState) -> None:
@@ -102,6 +120,8 @@ class SessionTable:
             self._idle.pop(sess.uid, None)
             if self.sessions.get(sess.session_id) is sess:
                 del self.sessions[sess.session_id]
+            if self.removed is not None:
+                self.removed.add(sess.session_id)
         sess.state = state
 
     def touch(self, sess: GatewaySession, now_s: float) -> None:
@@ -133,6 +153,8 @@ class SessionTable:
         self._set_unanswered(sess, sess.unanswered_prompt_tokens + work)
         sess.context_tokens = max(sess.context_tokens, prompt_tokens)
         sess.last_seen_s = now_s
+        if self.changed is not None:
+            self.changed.add(sess.uid)
         return work
 
     def call_answering(self, sess: GatewaySession, work_tokens: int) -> None:
@@ -146,6 +168,8 @@ class SessionTable:
         cache and the session's context falls back to what the engine last
         confirmed."""
         sess.in_flight = max(sess.in_flight - 1, 0)
+        if self.changed is not None and sess.uid in self.by_uid:
+            self.changed.add(sess.uid)
         if sess.in_flight == 0:
             self._set_unanswered(sess, 0)
             if sess.uid in self.by_uid:

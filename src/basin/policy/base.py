@@ -23,9 +23,9 @@ declared up front in :class:`EngineNeeds`. Settings live in one frozen
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from basin.policy.params import PolicyParams
 
@@ -255,6 +255,36 @@ class Policy:
     def control(self, signals: Signals, parked: Sequence[int]) -> ControlDecision:
         """Periodic tick. ``parked`` lists parked session uids in arrival order."""
         return ControlDecision(next_tick_s=30.0)
+
+    def between_steps(self, signals: Signals, parked: Collection[int]) -> tuple[int, ...]:
+        """Between two control steps, when its host learns of a change (a
+        gateway: each arrival, a call's end, a session's end): bring the
+        admission gate up to date with ``signals``, without the adaptation a
+        step makes, and name parked sessions to release now. A host that ticks
+        densely enough need not call it (the simulator does not). Default:
+        nothing changes."""
+        return ()
+
+    def on_prompt_counted(self, info: SessionInfo) -> None:
+        """The engine counted a session's first prompt (``info.first_prompt_tokens``;
+        0 when it refused the call before any count): an estimate made from the
+        request body gives way to it. Called by hosts that estimate (a gateway)."""
+        return None
+
+    def persisted_state(self) -> dict[str, object] | None:
+        """The policy's own state between decisions, as JSON values, for a host
+        that keeps it across restarts (a gateway's state store); None: the
+        policy keeps nothing a restart would lose, or cannot hand it over."""
+        return None
+
+    def persisted_session(self, uid: int) -> dict[str, object] | None:
+        """One session's part of that state (read when the session changes)."""
+        return None
+
+    def restore(self, state: Mapping[str, Any], sessions: Mapping[int, Mapping[str, Any]]) -> None:
+        """Take back, after a restart, what :meth:`persisted_state` and
+        :meth:`persisted_session` gave (only called when the former is not None)."""
+        raise NotImplementedError(f"policy '{self.name}' keeps no state across restarts")
 
     def limiting_admission(self) -> bool:
         """True while the policy's own admission gate is engaged, whether or

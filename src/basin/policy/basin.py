@@ -37,9 +37,9 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from basin.cliff import X_KNEE
 from basin.policy.base import Admission, ControlDecision, EngineNeeds, Handed, Policy, SessionInfo, Signals
@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from typing import Self
 
 _INF = float("inf")
+#: Upper ends of the duration parameters' ranges, in seconds.
+DAY_S = 86_400.0
+WEEK_S = 7 * DAY_S
 
 
 class PeakPredictor(Protocol):
@@ -174,9 +177,13 @@ class BasinParams(PolicyParams):
     arrivals_bypass_budget_while_draining: bool = True
 
     def check(self) -> None:
-        for name in ("interval_s", "busy_interval_s", "cooldown_s", "context_smoothing_s",
-                     "plateau_smoothing_s", "priority_rate_tokens_per_s"):
-            self.require(getattr(self, name) > 0, name, "must be > 0")
+        # Durations and rates are finite (PolicyParams) and within a stated range: a control
+        # interval of 1e400 s would leave parked sessions waiting for a step that never comes.
+        for name, most in (("interval_s", DAY_S), ("busy_interval_s", DAY_S), ("cooldown_s", DAY_S),
+                           ("context_smoothing_s", WEEK_S), ("plateau_smoothing_s", WEEK_S),
+                           ("priority_rate_tokens_per_s", 1e9)):
+            self.require(0 < getattr(self, name) <= most, name, f"must be in (0, {most:g}]")
+        self.require(self.shed_horizon_s <= WEEK_S, "shed_horizon_s", f"must be <= {WEEK_S:g}")
         for name in ("margin", "alpha_lend", "alpha_order", "alpha_release", "lend_cap"):
             self.require(0 < getattr(self, name) <= 1, name, "must be in (0, 1]")
         for name in ("budget_step", "plateau_drop"):
@@ -387,6 +394,30 @@ class BasinPolicy(Policy):
         for info in active:
             self._admit(self._register(info))
 
+    def on_prompt_counted(self, info: SessionInfo) -> None:
+        """The engine's count of the first prompt replaces the host's estimate
+        (a gateway's body bytes / 4, images included): the peak prediction,
+        the reservation and the priority are made again from it, whatever the
+        correction option, and stay fixed from then on. A count of 0 (the
+        engine refused the call) releases the reservation until a count comes."""
+        sess = self.sessions.get(info.uid)
+        if sess is None:
+            return
+        if info.first_prompt_tokens > 0:
+            peak = self._predict(info)
+            if self.params.floor_peak_at_first_prompt:
+                peak = max(peak, float(info.first_prompt_tokens))
+            reserve = self._reserve(info, peak)
+            sess.peak_hat = peak
+            if sess.admitted:  # a parked session keeps its place in the queue's heap
+                rate = self.params.priority_rate_tokens_per_s
+                sess.prio = info.arrival_s if self.prior else info.arrival_s + peak / rate
+        else:
+            reserve = 0.0
+        if sess.admitted and not self.prior:
+            self.state.reserved += reserve - sess.reserve
+        sess.reserve = reserve
+
     def on_call_issued(self, uid: int, prompt_tokens: int, now_s: float) -> None:
         sess = self.sessions.get(uid)
         if sess is not None:
@@ -415,11 +446,66 @@ class BasinPolicy(Policy):
         sess = self.sessions.get(uid)
         return sess.prio if sess is not None and self.params.priority else None
 
+    # ------------------------------------------------------------ restarts
+    def persisted_state(self) -> dict[str, object] | None:
+        return dataclasses.asdict(self.state)
+
+    def persisted_session(self, uid: int) -> dict[str, object] | None:
+        sess = self.sessions.get(uid)
+        return None if sess is None else {f: getattr(sess, f) for f in _Session.__slots__}
+
+    def restore(self, state: Mapping[str, Any], sessions: Mapping[int, Mapping[str, Any]]) -> None:
+        """The controller and its sessions as kept; the residents and their
+        reservations are summed again from the sessions, so the budget test
+        holds exactly what was admitted."""
+        self.state = ControllerState(**state)
+        self.sessions = {uid: _Session(**fields) for uid, fields in sessions.items()}
+        admitted = [s for s in self.sessions.values() if s.admitted]
+        self.state.residents = len(admitted)
+        self.state.reserved = 0.0 if self.prior else math.fsum(s.reserve for s in admitted)
+        self._waiting = [(s.prio, uid, s) for uid, s in self.sessions.items() if not s.admitted]
+        heapq.heapify(self._waiting)
+
     def limiting_admission(self) -> bool:
         """Admission by predicted peak is active (``W`` reached ``B0``; released after the cool-down)."""
         return self.state.admit
 
     # -------------------------------------------------------------- control
+    def _budgets(self, signals: Signals) -> tuple[float, float, float]:
+        """(the prefill tiers' reference budget, ``B0`` with lent capacity, the cliff margin ``m W_c``)."""
+        p = self.params
+        kx = p.margin * self.cliff.kappa * self.cliff.x_knee
+        C = signals.effective_cache_tokens
+        b00 = min(kx * C, C)
+        # Lent decode memory extends the GPU tier (Algorithm 1), up to phi of decode memory.
+        lent = min(signals.lent_cache_tokens, p.lend_cap * signals.decode_kv_tokens)
+        c_eff = max(C, signals.gpu_cache_tokens + lent)
+        return b00, min(kx * c_eff, c_eff), kx * c_eff
+
+    def between_steps(self, signals: Signals, parked: Collection[int]) -> tuple[int, ...]:
+        """The entry rule of :meth:`control` applied as a change happens: admission
+        engages once the live working set (every admitted session's context, the
+        first prompts of sessions admitted since the last step included) reaches
+        ``B0``, so a burst of first calls between two steps is held to the budget;
+        then the parked heads that fit the budget are released. The budget is not
+        adapted and nothing is released from engagement: those stay the step's."""
+        p, st = self.params, self.state
+        if p.admission and not st.admit:
+            _, b0, margin = self._budgets(signals)
+            if signals.working_set_tokens >= b0:
+                st.admit = True
+                st.last_admit_cond_s = signals.now_s
+                st.b0, st.cliff_margin, st.budget = b0, margin, b0
+        release: list[int] = []
+        while parked and self._first_waiting_prio() < _INF:
+            _, uid, sess = self._waiting[0]
+            if uid not in parked or not self._fits(sess, signals, len(release)):
+                break
+            heapq.heappop(self._waiting)
+            self._admit(sess)
+            release.append(uid)
+        return tuple(release)
+
     def control(self, signals: Signals, parked: Sequence[int]) -> ControlDecision:
         p, st, now = self.params, self.state, signals.now_s
         dt = 0.0 if st.last_tick_s is None else max(now - st.last_tick_s, 0.0)
@@ -431,15 +517,8 @@ class BasinPolicy(Policy):
             st.context_mean += w * (c_now - st.context_mean)
         st.working_set = signals.active_sessions * st.context_mean
         W = st.working_set
-        # Budgets: from the prefill tiers, then with lent capacity.
-        kx = p.margin * self.cliff.kappa * self.cliff.x_knee
-        C = signals.effective_cache_tokens
-        b00 = min(kx * C, C)
-        # Lent decode memory extends the GPU tier (Algorithm 1), up to phi of decode memory.
-        lent = min(signals.lent_cache_tokens, p.lend_cap * signals.decode_kv_tokens)
-        c_eff = max(C, signals.gpu_cache_tokens + lent)
-        st.b0 = b0 = min(kx * c_eff, c_eff)
-        st.cliff_margin = kx * c_eff
+        b00, b0, st.cliff_margin = self._budgets(signals)
+        st.b0 = b0
         # A prefill backlog or a wait for decode memory. Computation keeps up
         # (``caught_up``) once none has been seen for as many ticks as make a
         # backlog persistent, and stops keeping up once a backlog persists.

@@ -192,6 +192,7 @@ class PolicyDriver:
         # ... and a policy that admits every session (the base class's answer)
         # needs no signals assembled at each arrival.
         self._judges_arrivals = cls.on_session_arrival is not Policy.on_session_arrival
+        self._refreshes = cls.between_steps is not Policy.between_steps
 
     # ------------------------------------------------------------ signals
     def arrival_rate_per_min(self, now_s: float) -> float:
@@ -247,6 +248,25 @@ class PolicyDriver:
                 self.actions.shed_s.append(info.arrival_s)
         self._note_actions(info.arrival_s)
         return verdict
+
+    def refresh(self, now_s: float) -> None:
+        """Between control steps (a host that learns of a change: an arrival,
+        a call's or a session's end): the policy brings its admission gate up
+        to date (:meth:`~basin.policy.base.Policy.between_steps`) and the
+        parked sessions it names are released. The simulator never calls it."""
+        if not self._refreshes:
+            return
+        release = self._policy.between_steps(self.signals(now_s), self.parked.keys())
+        if release:
+            for uid in release:
+                if uid in self.parked:
+                    del self.parked[uid]
+                    self._admit(uid, self.sessions[uid].context_tokens)
+            self._note_actions(now_s)
+
+    def prompt_counted(self, info: SessionInfo) -> None:
+        """The engine counted the session's first prompt (0: refused before counting)."""
+        self._policy.on_prompt_counted(info)
 
     def _note_actions(self, now_s: float) -> None:
         if self.actions is None:

@@ -127,8 +127,8 @@ def _checked(policy: str, name: str, hint: Any, value: object) -> object:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise PolicyParamError(policy, name, f"expected a number, got {value!r}")
-        if math.isnan(value):
-            raise PolicyParamError(policy, name, "expected a number, got NaN")
+        if not math.isfinite(value):
+            raise PolicyParamError(policy, name, f"expected a finite number, got {value!r}")
         return float(value) if isinstance(value, int) else value
     if hint is str:
         if not isinstance(value, str):
