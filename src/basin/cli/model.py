@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from basin.cli.options import parse_jobs, parse_seeds
+from basin.cli.outputs import check_out_dir, check_out_file
 from basin.errors import BasinInputError
 
 app = typer.Typer(help="The fluid model: departure curve, tipping points, trap or recovery, "
@@ -245,6 +246,8 @@ def plot_cmd(
     from basin.model.analysis import analyze
     from basin.model.plots import plot_departure_curve, plot_trajectories
 
+    check_out_file(out)
+    check_out_file(trajectories, "--trajectories")
     inp = _resolve(scenario, set_, deployment, host_ratio, workload, sessions, tool_time, output, prompt, rate,
                    curve, sharpness, surge_factor, surge_start, surge_end, duration, n0)
     result = analyze(inp.model, inp.rate, schedule=inp.schedule, duration_min=inp.duration_min, n0=inp.n0,
@@ -289,6 +292,8 @@ def classify_cmd(
     from basin.model.curves import named_curve
 
     seed_list = parse_seeds(seeds)
+    check_out_file(plot, "--plot")
+    check_out_dir(ramp_plots, "--ramp-plots")
     hit_curve = named_curve(curve)
     points = default_grid()
     if only:
@@ -386,6 +391,8 @@ def fit_curve_cmd(
     from basin.model.plots import plot_hit_curves
 
     seed_list = parse_seeds(seeds)
+    check_out_file(out)
+    check_out_file(plot, "--plot")
     try:
         factor_list = tuple(float(f) for f in factors.split(",") if f.strip())
     except ValueError:

@@ -146,6 +146,9 @@ def fit_cmd(
 
     if out is not None and out.is_dir():
         raise BasinInputError(f"--out {out}: is a directory; name a file, e.g. {out / (spec + '.joblib')}")
+    from basin.cli.outputs import check_out_file
+
+    check_out_file(out)
     w = resolve_workload(spec, seed=seed, n_sessions=sessions)
     predictor = RidgePeakPredictor.fit(w, folds=folds, seed=fold_seed)
     path = predictor.save(out if out is not None else default_model_path(w, folds=folds, seed=fold_seed))

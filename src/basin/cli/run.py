@@ -59,6 +59,9 @@ def run(
         from basin.errors import BasinInputError
 
         raise BasinInputError("--json and --csv both choose what is printed: give one")
+    from basin.cli.outputs import check_out_dir
+
+    check_out_dir(out)  # a file where the folder goes: refused now, not after the runs
     overrides = list(set_ or [])
     if seed is not None:
         overrides.append(f"seed={seed}")
@@ -70,6 +73,7 @@ def run(
     for line in warnings:
         _err.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     out_dir = out or Path("results") / sc.name
+    check_out_dir(out_dir)
     quiet = as_json or as_csv
     runs = []
     if _err.is_terminal and not quiet:

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from basin.cli.options import parse_jobs
+from basin.cli.outputs import check_out_dir
 from basin.cli.stored import compute_missing, print_notes
 from basin.errors import BasinInputError
 
@@ -60,10 +61,12 @@ def _sweep(file: Path, out: Path | None, jobs: int | None, executor: str, addres
     from basin.experiments.sweep import TABLE_FILE, load_sweep, pending_points, run_sweep
 
     workers = parse_jobs(jobs)
+    check_out_dir(out)
     if not list_:
         check_executor(executor, address)  # Ray missing or a stray --address: before the grid is resolved
     sw = load_sweep(file)
     out_dir = out if out is not None else Path("results") / "sweeps" / sw.name
+    check_out_dir(out_dir)
     print_notes(_err, sw.notes, sw.warnings)
     store = RunStore(out_dir / STORE_DIR)
     if list_:

@@ -40,6 +40,9 @@ def _check_workload_out(out: Path) -> None:
 
     if workload_suffix(out) is None:
         raise BasinInputError(f"--out {out}: use a workload file ending in {', '.join(WORKLOAD_SUFFIXES)}")
+    from basin.cli.outputs import check_out_file
+
+    check_out_file(out)
 
 
 def _wrote(out: Path, sessions: int, calls: int) -> None:
