@@ -50,15 +50,23 @@ def _wrote(out: Path, sessions: int, calls: int) -> None:
 
 
 @app.command("list")
-def list_cmd() -> None:
+def list_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON array, one object per preset "
+                                                       "(name, kind, sessions, description)."),
+) -> None:
     """List the workload presets any command accepts in place of a file.
 
     Example:
 
-        basin workload list
+        basin workload list --json
     """
+    from dataclasses import asdict
+
     from basin.workload.presets import list_presets
 
+    if as_json:
+        typer.echo(json.dumps([asdict(p) for p in list_presets()]))
+        return
     table = Table(title="workload presets")
     for column in ("name", "kind", "sessions", "description"):
         table.add_column(column, justify="right" if column == "sessions" else "left")
