@@ -188,7 +188,7 @@ LONG_TOOL_TIME = 10.0
 def _near_unstable(ode: dict[str, Any]) -> bool:
     """An ODE that recovers with its peak near the unstable equilibrium."""
     n_u = ode.get("n_unstable_final")
-    return ode.get("outcome") == "recovers" and bool(n_u) and ode["n_peak"] >= NEAR_UNSTABLE * n_u
+    return ode.get("outcome") == "recovers" and n_u is not None and ode["n_peak"] >= NEAR_UNSTABLE * n_u
 
 
 def simulator_differs(d: dict[str, Any], tool_time: float) -> list[str]:
