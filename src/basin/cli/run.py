@@ -54,7 +54,6 @@ def run(
 
     Example: basin run trap-1p1d --set surge.factor=2.0 --system hicache --out results/trap
     """
-    from basin.experiments.plots import intervention_marks, plot_cliff, plot_run_timeseries
     from basin.experiments.runner import check_runnable, provenance, remove_stale_runs, run_scenario, write_provenance
     from basin.experiments.scenario import load_scenario, scenario_dict
     from basin.metrics.io import write_run
@@ -127,7 +126,8 @@ def run(
         {"warnings": warnings, "notes": list(split.notes),
          "outputs": {"runs": [*mine, *earlier.merged], "summary_csv": "summary.csv",
                      "earlier_runs": earlier.merged, "other_runs_kept": earlier.other}}))
-    if plots:
+    if plots:  # imported here: --no-plots (every run of a sweep) needs none of it
+        from basin.experiments.plots import intervention_marks, plot_cliff, plot_run_timeseries
         from basin.metrics.io import read_table
 
         series = {r.system: r.result.timeseries for r in runs}
