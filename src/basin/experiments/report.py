@@ -38,7 +38,8 @@ figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; 
 figcaption { font-size: 0.85em; color: #555; }
 pre { background: #f7f7f7; padding: 1em; overflow-x: auto; font-size: 0.8em; }
 p.description { font-size: 1.05em; color: #333; max-width: 60em; }
-table.summary { font-size: 0.95em; } td.why { white-space: normal; min-width: 16em; max-width: 28em; }
+table.summary { font-size: 0.95em; } table.summary th { text-align: center; }
+td.why { white-space: normal; min-width: 16em; max-width: 28em; }
 td.state { font-weight: 600; } td.state-healthy { color: #1a7f37; } td.state-recovering { color: #9a6700; }
 td.state-overloaded { color: #bc4c00; } td.state-trapped { color: #cf222e; } td.state-undetermined { color: #57606a; }
 details > summary { cursor: pointer; margin: 0.5em 0; color: #0550ae; }
@@ -210,7 +211,9 @@ def _image(path: Path, base: Path) -> str:
 
 def _images(directory: Path, provenance: dict[str, Any]) -> list[Path]:
     """The folder's images, and any its provenance names elsewhere (a compare --doc's)."""
-    found = [p for p in sorted(directory.iterdir()) if p.suffix.lower() in _IMAGE_TYPES and p.is_file()]
+    # The time series first: it is what a run is read by.
+    found = [p for p in sorted(directory.iterdir(), key=lambda p: (not p.name.startswith("timeseries"), p.name))
+             if p.suffix.lower() in _IMAGE_TYPES and p.is_file()]
     outputs = provenance.get("outputs") or {}
     named: list[str] = []
     for value in outputs.values() if isinstance(outputs, dict) else []:
