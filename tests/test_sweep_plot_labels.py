@@ -19,9 +19,9 @@ def test_axes_carry_units_and_their_reference(tmp_path: Path) -> None:
     sweep = load_sweep(path)
     rows = [dict(p.coords) for p in sweep.points]
     assert axis_label(sweep, "base_load", rows) == \
-        "base_load (the base rate as a multiple of the scenario's base rate, 3.3/min)"
-    assert axis_label(sweep, "after", rows) == "after (the after-surge rate as a multiple of 2/min)"
-    assert axis_label(sweep, "surge.factor", rows).startswith("surge.factor (arrival rate during the surge")
+        "base_load\n(base rate, x the scenario's base rate, 3.3/min)"
+    assert axis_label(sweep, "after", rows) == "after\n(after-surge rate, x 2/min)"
+    assert axis_label(sweep, "surge.factor", rows).startswith("surge.factor (arrival rate in the surge")
     assert axis_label(sweep, "duration_min", rows) == "duration_min (min)"
     assert _label(sweep.spec.plot[0]) == "goodput (sessions/h)"
 
@@ -31,5 +31,5 @@ def test_critical_reference_names_lambda_c(tmp_path: Path) -> None:
                                  "plot: {kind: line, x: base_load}\n")
     sweep = load_sweep(path)
     label = axis_label(sweep, "base_load", [dict(p.coords) for p in sweep.points])
-    assert label.startswith("base_load (the base rate as a multiple of the critical rate lambda_c, ")
+    assert label.startswith("base_load\n(base rate, x the critical rate λc, ")
     assert label.endswith("/min)")

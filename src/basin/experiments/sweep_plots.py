@@ -190,7 +190,7 @@ FIELD_LABELS = {
 }
 #: Scenario keys in words, with their units (others: the key, its unit from its suffix).
 AXIS_LABELS = {
-    "surge.factor": "surge.factor (arrival rate during the surge, x the base rate)",
+    "surge.factor": "surge.factor (arrival rate in the surge, x the base rate)",
     "arrivals.base_per_min": "arrivals.base_per_min (sessions/min)",
     "host_ratio": "host_ratio (host tier, x the GPU prefix cache)",
     "arrivals.base_fraction_of_critical": "arrivals.base_fraction_of_critical (x the critical rate)",
@@ -221,12 +221,12 @@ def axis_label(sweep: Sweep, name: str, rows: Sequence[Row]) -> str:
     ratios = {round(float(r[f"{name}.per_min"]) / float(r[name]), 6) for r in rows
               if r.get(name) and r.get(f"{name}.per_min") is not None}
     rate = f", {next(iter(ratios)):.3g}/min" if len(ratios) == 1 else ""
-    what = "the after-surge rate" if derived.sets == "arrivals.rate_changes" else "the base rate"
+    what = "after-surge rate" if derived.sets == "arrivals.rate_changes" else "base rate"
     if derived.of == "critical":
-        return f"{name} ({what} as a multiple of the critical rate lambda_c{rate})"
+        return f"{name}\n({what}, x the critical rate λc{rate})"
     if derived.of == "base":
-        return f"{name} ({what} as a multiple of the scenario's base rate{rate})"
-    return f"{name} ({what} as a multiple of {derived.of:g}/min)"
+        return f"{name}\n({what}, x the scenario's base rate{rate})"
+    return f"{name}\n({what}, x {derived.of:g}/min)"
 
 
 def _title(sweep: Sweep, spec: PlotSpec) -> str:
