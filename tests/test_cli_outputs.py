@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from tests.cli_helpers import run_basin
 
+import basin.experiments.ablation
+import basin.experiments.compare
+import basin.experiments.executors
 import basin.experiments.pool
 import basin.experiments.runner
 from basin.cli.outputs import check_out_dir, check_out_file
@@ -24,7 +27,11 @@ def no_runs(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("a run started before the output path was checked")
 
     monkeypatch.setattr(basin.experiments.runner, "run_scenario", refused)
-    monkeypatch.setattr(basin.experiments.pool, "run_jobs", refused)
+    # Every module that took run_jobs by name at import (imported above, so the
+    # patch never becomes what a later import binds).
+    for module in (basin.experiments.pool, basin.experiments.executors, basin.experiments.compare,
+                   basin.experiments.ablation):
+        monkeypatch.setattr(module, "run_jobs", refused)
 
 
 def _sweep(folder: Path) -> Path:
