@@ -45,7 +45,7 @@ $(ACCEL_STAMP): $(STAMP) setup.py src/basin/accel.py $(wildcard src/basin/sim/*.
 		|| echo "make accel: could not compile the simulator (see $(VENV)/accel.log); the pure-Python one runs"
 	@touch $(ACCEL_STAMP)
 
-.PHONY: setup engine browser accel bytecode run test lint bench bench-gateway lock
+.PHONY: setup engine browser accel bytecode run test lint bench bench-gateway lock wheel
 setup: $(STAMP) bytecode
 
 # The package's bytecode written ahead (only what is stale; a second or so the
@@ -70,6 +70,11 @@ test: $(STAMP) $(ENGINE_STAMP) $(BROWSER_STAMP) $(REDIS_STAMP) $(ACCEL_STAMP) by
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench scripts
 	$(VENV)/bin/mypy
+
+# The two wheels in dist/: one with the compiled simulator (this Python and platform;
+# mypyc, a few minutes) and the pure-Python one for any platform (README, Installing).
+wheel: $(STAMP)
+	$(VENV)/bin/python scripts/build_wheels.py --out dist
 
 # Pin what the environment resolved the ranges to (see scripts/lock_requirements.py).
 lock: $(STAMP)

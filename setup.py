@@ -18,7 +18,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 #: Top-level folders shipped inside the package (``basin.paths`` names them too).
-SHIPPED = ("scenarios", "profiles", "data")
+SHIPPED = ("scenarios", "profiles", "data", "sweeps")
 ROOT = Path(__file__).resolve().parent
 
 

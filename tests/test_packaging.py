@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -20,11 +19,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from scripts.build_wheels import copy_sources
 
 ROOT = Path(__file__).resolve().parents[1]
-#: What a build needs from the repository (setup.py copies the last three into the wheel).
-SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "src", "scenarios", "profiles",
-           "data")
 SHORT = ["--set", "duration_min=20", "--set", "measure_end_min=15", "--set", "surge.start_min=3",
          "--set", "surge.end_min=6"]
 
@@ -42,13 +39,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dic
     """(wheel, the fresh environment's bin folder, the environment to run it with)."""
     base = tmp_path_factory.mktemp("packaging")
     tree = base / "tree"
-    for name in SOURCES:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, tree / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        else:
-            tree.mkdir(exist_ok=True)
-            shutil.copy2(source, tree / name)
+    copy_sources(tree)
     dist = base / "dist"
     _sh(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
         "-w", dist, tree)
@@ -72,7 +63,9 @@ def test_wheel_carries_the_shipped_files_and_licence(installed):
     names = zipfile.ZipFile(wheel).namelist()
     for shipped in ("basin/_shipped/scenarios/trap-1p1d.yaml", "basin/_shipped/profiles/hardware/h100-nvl.yaml",
                     "basin/_shipped/profiles/basin/1p1d-h100.yaml", "basin/_shipped/data/README.md",
-                    "basin/workload/presets_data/terminal-bench.yaml", "basin/__main__.py"):
+                    "basin/workload/presets_data/terminal-bench.yaml", "basin/__main__.py",
+                    "basin/_shipped/sweeps/fig07-vulnerability-1p1d.yaml",
+                    "basin/_shipped/sweeps/calibration/trap-1p1d-seeds.yaml"):
         assert shipped in names, shipped
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
@@ -101,3 +94,19 @@ def test_installed_wheel_lists_scenarios_and_runs_trap_from_an_empty_directory(i
     assert prov["scenarios"][0]["file"].startswith(str(bindir.parent))
     assert (empty / "out" / "timeseries.png").stat().st_size > 0
     assert sorted(p.name for p in empty.iterdir()) == ["out"]  # nothing written beside it
+
+
+def test_installed_wheel_runs_a_shipped_sweep_by_name(installed, tmp_path):
+    """The paper's sweeps are inside the wheel and run by name from anywhere."""
+    _, bindir, env = installed
+    basin = bindir / ("basin.exe" if os.name == "nt" else "basin")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    listed = json.loads(_sh(basin, "sweep", "fig07-vulnerability-1p1d", "--list", "--json", cwd=empty, env=env))
+    assert listed["runs_total"] == 120
+    names = {s["name"] for s in json.loads(_sh(basin, "sweep", "all", "--list", "--json", cwd=empty, env=env))}
+    assert {"fig07-vulnerability-1p1d", "demo-surge-size", "calibration/trap-1p1d-seeds"} <= names
+    done = json.loads(_sh(basin, "sweep", "demo-surge-size", "--out", "out", "--jobs", "2", "--json",
+                          cwd=empty, env=env))
+    assert done["runs_total"] == 16 and done["runs_computed"] == 16
+    assert (empty / "out" / "sweep.parquet").is_file() and list((empty / "out").glob("*.png"))

@@ -41,7 +41,11 @@ def test_eval_json_has_the_documented_keys(capsys, toy_file) -> None:
 
 def test_eval_table_and_ablation_flags(capsys, toy_file) -> None:
     code, out, _ = _run(capsys, "predict", "eval", str(toy_file), "--folds", "3")
-    assert code == 0 and "spearman" in out and "log_error_sd" in out
+    assert code == 0, out
+    # Read as a reader asks: both protocols side by side under words, not a dump of keys.
+    assert "held out by task" in out and "held out by session" in out
+    assert "Spearman: prediction vs peak" in out and "point: peaks covered" in out
+    assert "log_error_sd" not in out and "other_protocol" not in out
     code, out, _ = _run(capsys, "predict", "eval", str(toy_file), "--json", "--lengths-only", "--group-by", "session")
     d = json.loads(out)
     assert code == 0 and d["use_text"] is False and d["group_by"] == "session" and d["groups"] == 60

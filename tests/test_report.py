@@ -83,30 +83,84 @@ def sweep_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     return tmp_path / "page.html"
 
 
+def assert_reads_like_the_cli(text: str) -> None:
+    """The CLI's summary (state, goodput, completed, hit rates) comes first;
+    the raw snake_case columns follow, folded behind a toggle."""
+    summary = text.index("<h2>Summary")
+    head = text[summary:text.index("</thead>", summary)]
+    assert all(f"<th>{h}</th>" in head for h in ("state", "goodput/h", "completed", "hit pre", "hit end"))
+    assert "goodput_per_h" not in head
+    assert text.index("<details><summary>All ") > summary
+    assert "td class=\"text state state-" in text
+
+
 def test_sweep_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = sweep_report(tmp_path, capsys).read_text(encoding="utf-8")
     page = check_page(text)
     assert len(page.images) == 1 and page.images[0].startswith(PNG)
-    assert page.tables == 1
+    assert page.tables == 2  # the CLI's summary, and every column folded away
     assert "surge.factor" in text and "goodput_per_h" in text and "basin sweep tiny" in text
     assert "runs_total" in text  # the provenance, in full
+    assert_reads_like_the_cli(text)
 
 
 def test_run_and_compare_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_basin(capsys, "run", "trap-1p1d", *SHORT, "--out", str(tmp_path / "run"), "--json")
     assert code == 0, err
-    page = check_page(render(tmp_path / "run"))
+    text = render(tmp_path / "run")
+    page = check_page(text)
     assert len(page.images) == 2 and all(i.startswith(PNG) for i in page.images)  # timeseries and cliff
+    assert_reads_like_the_cli(text)
+    # The scenario's own description at the top, before the summary.
+    assert text.index('class="description"') < text.index("<h2>Summary") and "hardware trap" in text
     code, _, err = run_basin(capsys, "compare", "trap-1p1d", "--system", "hicache", *SHORT,
                              "--out", str(tmp_path / "cmp"), "--no-tables", "--json")
     assert code == 0, err
     text = render(tmp_path / "cmp")
     page = check_page(text)
-    assert len(page.images) == 2 and page.tables == 1 and "goodput_pct_of_best" in text
+    assert len(page.images) == 2 and page.tables == 2 and "goodput_pct_of_best" in text
+    assert_reads_like_the_cli(text)
+    assert "% of best" in text
 
 
 def test_report_of_another_folder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_basin(capsys, "report", str(tmp_path))
-    assert code == 2 and "not an output folder of basin run, compare or sweep" in err
+    assert code == 2 and "not an output folder of basin run, compare, sweep, replay or ablate" in err
     code, _, err = run_basin(capsys, "report", str(tmp_path / "nowhere"))
     assert code == 2 and "no such folder" in err
+
+
+def test_replay_and_ablation_folders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A replay's folder (one per system, as `basin replay --scenario` writes)
+    and an ablation's render too: summary first, the replay's plots drawn."""
+    import json
+    import shutil
+
+    from basin.experiments.report import write_report
+
+    code, _, err = run_basin(capsys, "run", "trap-1p1d", *SHORT, "--system", "hicache", "--system", "basin",
+                             "--out", str(tmp_path / "run"), "--json", "--no-plots")
+    assert code == 0, err
+    replay = tmp_path / "replay"
+    for system in ("hicache", "basin"):  # a replay writes the simulator's tables, plus replay.json
+        shutil.copytree(tmp_path / "run" / system, replay / system)
+        (replay / system / "replay.json").write_text(json.dumps({
+            "system": system, "target": "http://127.0.0.1:8400", "speed": 30, "complete": True,
+            "scenario": {"name": "trap-1p1d", "description": "The paper's hardware trap",
+                         "surge": {"start_min": 2, "end_min": 5, "factor": 2.0}}}))
+    for folder in (replay, replay / "basin"):
+        text = write_report(folder).read_text(encoding="utf-8")
+        page = check_page(text)
+        assert len(page.images) == 2 and all(i.startswith(PNG) for i in page.images)  # drawn from the tables
+        assert_reads_like_the_cli(text)
+        assert "basin replay" in text and "The paper&#x27;s hardware trap" in text
+    assert (replay / "report.html").is_file() and not list(replay.glob("*.png"))  # nothing but the page written
+    ablation = tmp_path / "ablation"
+    ablation.mkdir()
+    (ablation / "ablation.json").write_text(json.dumps([
+        {"scenario": "trap-1p1d", "variant": "full", "goodput_per_h": 90.0, "relative_goodput": 1.0,
+         "completed_fraction": 0.9, "shed_fraction": 0.0, "first_call_wait_p90_s": 12.0, "ttft_p90_s": 1.5,
+         "state": "healthy"}]))
+    text = write_report(ablation).read_text(encoding="utf-8")
+    check_page(text)
+    assert "<th>relative</th>" in text and "state-healthy" in text

@@ -24,8 +24,10 @@ def _browser_path() -> str:
     return path
 
 
-def open_page(page_file: Path) -> dict[str, Any]:
-    """What a browser makes of the page: errors, outside requests, images and tables."""
+def open_page(page_file: Path, screenshot: Path | None = None) -> dict[str, Any]:
+    """What a browser makes of the page: errors, outside requests, images and
+    tables, where the summary and the plots sit; with ``screenshot``, the
+    first screen as a PNG."""
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=_browser_path(), args=["--no-sandbox"])
         try:
@@ -51,10 +53,22 @@ def open_page(page_file: Path) -> dict[str, Any]:
                 " shown: i.getBoundingClientRect().width, alt: i.alt}))")
             tables = page.evaluate("[...document.querySelectorAll('table')].map(t => t.rows.length)")
             title = page.title()
+            layout = page.evaluate(
+                "(() => { const s = document.querySelector('table.summary'), i = document.images[0];"
+                " const raw = [...document.querySelectorAll('details table')];"
+                " return {summary_top: s ? s.getBoundingClientRect().top : null,"
+                " summary_visible: s ? s.getBoundingClientRect().height > 0 : false,"
+                " image_top: i ? i.getBoundingClientRect().top : null,"
+                " raw_hidden: raw.length > 0 && raw.every(t => !t.checkVisibility() && !t.closest('details').open),"
+                " headers: s ? [...s.tHead.rows[0].cells].map(c => c.textContent) : [],"
+                " viewport: window.innerHeight}; })()")
+            if screenshot is not None:
+                page.set_viewport_size({"width": 1280, "height": 900})
+                page.screenshot(path=str(screenshot))
         finally:
             browser.close()
     return {"console": console_errors, "errors": page_errors, "outside": outside, "images": images,
-            "tables": tables, "title": title}
+            "tables": tables, "title": title, "layout": layout}
 
 
 def _assert_clean(seen: dict[str, Any], images: int) -> None:
@@ -89,3 +103,25 @@ def test_the_check_sees_a_broken_page(tmp_path: Path) -> None:
     assert "boom" in seen["console"]
     assert seen["outside"] == ["https://example.invalid/x.png"]
     assert not any(img["ok"] for img in seen["images"])
+
+
+def test_a_two_system_report_reads_like_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The summary the terminal prints is on the first screen, above the
+    plots; the raw columns are folded away. The screenshot is kept where
+    BASIN_SCREENSHOT_DIR says (to be looked at), else with the test."""
+    code, _, err = run_basin(capsys, "run", "trap-1p1d", *SHORT, "--system", "hicache", "--system", "basin",
+                             "--out", str(tmp_path / "run"), "--json")
+    assert code == 0, err
+    code, _, err = run_basin(capsys, "report", str(tmp_path / "run"))
+    assert code == 0, err
+    shots = Path(os.environ.get("BASIN_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    seen = open_page(tmp_path / "run" / "report.html", screenshot=shots / "report-run.png")
+    _assert_clean(seen, images=2)
+    layout = seen["layout"]
+    assert layout["summary_visible"] and layout["summary_top"] < layout["viewport"]
+    assert layout["summary_top"] < layout["image_top"]
+    assert layout["raw_hidden"]
+    assert layout["headers"][:5] == ["system", "goodput/h", "completed", "shed", "state"]
+    shot = (shots / "report-run.png").read_bytes()
+    assert shot.startswith(b"\x89PNG") and len(shot) > 10_000

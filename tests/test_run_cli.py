@@ -173,16 +173,17 @@ def test_jobs_minus_one_means_every_core(capsys):
 
 
 # ------------------------------------------------------------ provenance
-def test_run_records_what_it_ran_and_clears_earlier_runs(capsys, tmp_path):
+def test_run_records_what_it_ran_and_clean_clears_earlier_runs(capsys, tmp_path):
     out = tmp_path / "out"
     (out / "thunderagent").mkdir(parents=True)
     (out / "thunderagent" / "summary.json").write_text("{}")
     (out / "notes").mkdir()
     (out / "notes" / "mine.txt").write_text("keep me")
-    code, stdout, err = run_basin(capsys, "run", "trap-1p1d", *SHORT, "--seed", "3", "--out", str(out), "--no-plots")
+    code, stdout, err = run_basin(capsys, "run", "trap-1p1d", *SHORT, "--seed", "3", "--out", str(out), "--no-plots",
+                                  "--clean")
     assert code == 0, err
     assert not (out / "thunderagent").exists() and (out / "notes" / "mine.txt").exists()
-    assert "removed run folders of an earlier command" in err and "thunderagent" in err
+    assert "--clean: removed run folders of an earlier command" in err and "thunderagent" in err
     prov = json.loads((out / "provenance.json").read_text())
     import basin
 
@@ -256,3 +257,33 @@ def test_paths_resolve_inside_the_checkout():
     assert paths.IN_CHECKOUT and paths.SCENARIO_DIR == paths.REPO_ROOT / "scenarios"
     assert (paths.PROFILE_DIR / "hardware").is_dir() and (paths.DATA_DIR / "README.md").is_file()
     assert isinstance(paths.SHIPPED_DIR, Path)
+
+
+def test_run_keeps_other_systems_runs(capsys, tmp_path):
+    """A second `basin run` into the folder of a first keeps the first's
+    systems: merged into summary.csv and provenance when the scenario is the
+    same, kept aside (not listed) when it is not."""
+    out = tmp_path / "out"
+    code, _, err = run_basin(capsys, "run", "trap-1p1d", *SHORT, "--system", "basin", "--out", str(out))
+    assert code == 0, err
+    code, stdout, err = run_basin(capsys, "run", "trap-1p1d", *SHORT, "--system", "hicache", "--out", str(out),
+                                  "--json")
+    assert code == 0, err
+    assert [r["system"] for r in json.loads(stdout)] == ["hicache"]
+    assert (out / "basin" / "summary.json").is_file() and (out / "hicache" / "summary.json").is_file()
+    assert "kept the runs of an earlier command on the same scenario" in err and "basin" in err
+    import csv
+
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert [r["system"] for r in rows] == ["hicache", "basin"]
+    prov = json.loads((out / "provenance.json").read_text())
+    assert set(prov["systems"]) == {"hicache", "basin"} and prov["outputs"]["earlier_runs"] == ["basin"]
+    # Another seed is another scenario: basin's folder stays, but is not listed as this run's.
+    code, _, err = run_basin(capsys, "run", "trap-1p1d", *SHORT, "--system", "hicache", "--seed", "5",
+                             "--out", str(out), "--no-plots")
+    assert code == 0, err
+    assert (out / "basin" / "summary.json").is_file()
+    assert "kept run folders of an earlier command with other settings" in err
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert [r["system"] for r in rows] == ["hicache"]
+    assert json.loads((out / "provenance.json").read_text())["outputs"]["other_runs_kept"] == ["basin"]

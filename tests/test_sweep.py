@@ -330,3 +330,18 @@ def test_systems_may_be_one_name(tmp_path: Path) -> None:
     listed = load_sweep(write_sweep(tmp_path, "axes:\n  seed: [0]\nsystems: [all]\n", name="listed"))
     assert one.systems == listed.systems and len(one.systems) > 5
     assert load_sweep(write_sweep(tmp_path, "axes:\n  seed: [0]\nsystems: basin\n", name="b")).systems == ("basin",)
+
+
+def test_a_shipped_sweep_runs_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    """sweeps/ ships in the package; its files resolve by name, subfolders included."""
+    code, out, err = run_basin(capsys, "sweep", "fig07-vulnerability-1p1d", "--list", "--json")
+    assert code == 0, err
+    assert json.loads(out)["runs_total"] == 120
+    for spelling in ("sweeps/demo-surge-size.yaml", "demo-surge-size.yaml", "calibration/trap-1p1d-seeds"):
+        code, _, err = run_basin(capsys, "sweep", spelling, "--list", "--json")
+        assert code == 0, (spelling, err)
+    code, out, _ = run_basin(capsys, "sweep", "all", "--list", "--json")
+    names = {row["name"] for row in json.loads(out)}
+    assert {"fig07-vulnerability-1p1d", "calibration/trap-1p1d-seeds", "demo-surge-size"} <= names
+    code, _, err = run_basin(capsys, "sweep", "fig99-nothing")
+    assert code == 2 and "no shipped sweep of that name; shipped: calibration/burst-1p1d-seeds" in err

@@ -1,7 +1,7 @@
 """Where the project's shipped files live (data, scenarios, profiles).
 
 Every lookup of a shipped file goes through the names below. A wheel carries
-the repository's ``scenarios/``, ``profiles/`` and ``data/`` inside the
+the repository's ``scenarios/``, ``profiles/``, ``data/`` and ``sweeps/`` inside the
 package, under ``basin/_shipped/`` (``setup.py`` copies them at build time);
 an editable checkout has no such folder and reads them at the repository's
 top, where people edit them.
@@ -39,6 +39,9 @@ SCENARIO_DIR = SHIPPED_DIR / "scenarios"
 
 #: Hardware profiles and deployments (YAML data files).
 PROFILE_DIR = SHIPPED_DIR / "profiles"
+
+#: The paper's sweep files, runnable by name (``basin sweep fig07-vulnerability-1p1d``).
+SWEEP_DIR = SHIPPED_DIR / "sweeps"
 
 #: Whether the shipped files are the editable checkout's (writing there edits the repository).
 IN_CHECKOUT = SHIPPED_DIR == REPO_ROOT

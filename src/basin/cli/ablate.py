@@ -29,9 +29,11 @@ def ablate(
 
     Example: basin ablate surge-1p3d main-1p3d-gpuonly --variant "w/o lending" --variant prior
     """
+    from basin.cli.outputs import check_out_dir
     from basin.experiments.ablation import VARIANTS, plot_ablation, run_ablation
     from basin.experiments.scenario import load_scenario
 
+    check_out_dir(out)
     for sc in scenarios:
         load_scenario(sc, list(set_ or []))  # bad names and fields fail before any run
     with Progress(TextColumn("ablation"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -89,6 +89,14 @@ def compare(
     if bands is not None and family is None:
         raise BasinInputError("--bands draws on the --family figure: give --family FILE too")
     workers = parse_jobs(jobs)
+    from basin.cli.outputs import check_out_dir, check_out_file
+
+    check_out_dir(out)  # every path written, before any run
+    check_out_file(plot, "--plot")
+    check_out_file(doc, "--doc")
+    check_out_file(family, "--family")
+    if doc is not None:
+        check_out_dir(doc.parent / "img", "--doc")
     if doc is not None:
         check_doc(doc)  # before any run, not after all of them
     overrides = list(set_ or [])

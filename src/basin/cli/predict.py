@@ -58,17 +58,6 @@ def _print_table(title: str, rows: dict[str, object]) -> None:
     Console().print(table)
 
 
-def _flat(out: dict[str, object], prefix: str = "") -> dict[str, object]:
-    """Nested figures as dotted rows, for the table."""
-    rows: dict[str, object] = {}
-    for key, value in out.items():
-        if isinstance(value, dict):
-            rows.update(_flat(value, f"{prefix}{key}."))
-        else:
-            rows[f"{prefix}{key}"] = value if not isinstance(value, list) else ", ".join(map(str, value))
-    return rows
-
-
 @app.command("eval")
 def eval_cmd(
     spec: str = _WORKLOAD,
@@ -115,7 +104,68 @@ def eval_cmd(
     if as_json:
         typer.echo(json.dumps(out))
         return
-    _print_table(f"peak predictor, cross-fitted on {spec}", _flat(out))
+    print_evaluation(out, Console())
+
+
+#: The evaluation's figures as rows of the table: (label, key path, format).
+_EVAL_ROWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("Spearman: prediction vs peak", ("spearman",), "num"),
+    ("log error: sd", ("log_error_sd",), "num"),
+    ("log error: mean (bias)", ("log_error_mean",), "num"),
+    ("point: peaks covered", ("point", "coverage"), "pct"),
+    ("point: over-reservation, mean", ("point", "over_reservation_mean"), "pct"),
+    ("point: under-reservation, mean", ("point", "under_reservation_mean"), "pct"),
+    ("point: reserved / peak, total", ("point", "reserved_over_peak"), "num"),
+    ("reservation: peaks covered", ("reservation", "coverage"), "pct"),
+    ("reservation: over-reservation, mean", ("reservation", "over_reservation_mean"), "pct"),
+    ("reservation: under-reservation, mean", ("reservation", "under_reservation_mean"), "pct"),
+    ("reservation: reserved / peak, total", ("reservation", "reserved_over_peak"), "num"),
+)
+
+
+def print_evaluation(out: dict[str, object], console: Console) -> None:
+    """A cross-fitted evaluation as the reader asks of it: what was fitted on
+    what, both fold protocols side by side (the honest one first), and the
+    one-feature baselines beneath."""
+
+    def get(data: object, path: tuple[str, ...]) -> object:
+        for key in path:
+            data = data.get(key) if isinstance(data, dict) else None
+        return data
+
+    def cell(value: object, kind: str) -> str:
+        if not isinstance(value, (int, float)):
+            return "-"
+        if kind == "int":
+            return f"{value:,.0f}"
+        return f"{100 * value:.1f}%" if kind == "pct" else f"{value:.3f}"
+
+    other = out.get("other_protocol") or {}
+    assert isinstance(other, dict)
+    level = out.get("level")
+    console.print(f"peak predictor [bold]{out.get('model')}[/] on [bold]{out.get('workload')}[/]: "
+                  f"{out.get('sessions')} sessions, {out.get('folds')} folds (fold seed {out.get('fold_seed')}), "
+                  f"text features {'on' if out.get('use_text') else 'off'}"
+                  + (f", reservation at the {level:g} quantile" if isinstance(level, float) else ""),
+                  highlight=False)
+    table = Table()
+    table.add_column("figure", no_wrap=True)
+    for protocol in (out, other):
+        held = "tasks" if protocol.get("group_by") == "task" else "sessions"
+        table.add_column(f"held out by {protocol.get('group_by')}\n({protocol.get('groups')} {held})",
+                         justify="right")
+    for label, path, kind in _EVAL_ROWS:
+        if path[0] == "reservation" and out.get("reservation") is None:
+            continue
+        table.add_row(label, cell(get(out, path), kind), cell(get(other, path), kind))
+    console.print(table)
+    for protocol in (out, other):
+        console.print(f"{protocol.get('group_by')}: {protocol.get('protocol')}", highlight=False)
+    console.print(f"baselines (Spearman with the peak): first prompt {cell(out.get('spearman_first_prompt'), 'num')}, "
+                  f"task text length {cell(out.get('spearman_task_chars'), 'num')}; median ridge alpha "
+                  f"{cell(out.get('alpha_median'), 'num')}, median text terms "
+                  f"{cell(out.get('text_terms_median'), 'int')}; "
+                  f"{cell(out.get('seconds'), 'num')} s. --json prints every figure.", highlight=False)
 
 
 @app.command("fit")
@@ -146,6 +196,9 @@ def fit_cmd(
 
     if out is not None and out.is_dir():
         raise BasinInputError(f"--out {out}: is a directory; name a file, e.g. {out / (spec + '.joblib')}")
+    from basin.cli.outputs import check_out_file
+
+    check_out_file(out)
     w = resolve_workload(spec, seed=seed, n_sessions=sessions)
     predictor = RidgePeakPredictor.fit(w, folds=folds, seed=fold_seed)
     path = predictor.save(out if out is not None else default_model_path(w, folds=folds, seed=fold_seed))

@@ -67,6 +67,9 @@ def profile(
     workers = parse_jobs(workers, "--workers")
     if out is not None and out.suffix.lower() not in (".yaml", ".yml", ".json"):
         raise BasinInputError(f"--out {out}: a profile file ends in .yaml, .yml or .json")
+    from basin.cli.outputs import check_out_file
+
+    check_out_file(out)
     dep = override_deployment(deployment, router, host_ratio)
     overrides: dict[str, Any] = {name: value for name, value in (
         ("start_per_min", start_rate), ("end_per_min", end_rate), ("steps", steps),

@@ -58,8 +58,10 @@ def replay(
 
         basin replay --scenario surge-1p3d --speed 30 --target http://127.0.0.1:8400 --system hicache
     """
+    from basin.cli.outputs import check_out_dir
     from basin.errors import BasinInputError
 
+    check_out_dir(out)
     if scenario is not None:
         if workload is not None:
             raise BasinInputError(f"give a workload or --scenario, not both (the scenario names its workload; "

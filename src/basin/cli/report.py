@@ -20,7 +20,9 @@ def report(
 
     Example: basin report results/sweeps/demo-surge-size
     """
+    from basin.cli.outputs import check_out_file
     from basin.experiments.report import write_report
 
+    check_out_file(out)
     path = write_report(directory, out)
     _err.print(f"report in {path}", highlight=False, soft_wrap=True)

@@ -9,6 +9,7 @@ import math
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
@@ -40,18 +41,21 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON array, one object per system."),
     as_csv: bool = typer.Option(False, "--csv", help="Print the summary as CSV, one row per system."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots of the time series."),
+    clean: bool = typer.Option(False, "--clean", help="Remove the run folders of other systems that earlier "
+                                                      "commands left in the output folder (default: keep them)."),
 ) -> None:
     """Run the simulator on a scenario and report goodput, state and latency per system.
 
     The output folder gets one folder of tables per system, summary.csv and
     provenance.json (the resolved scenario, parameters, cliff profile,
-    version and command); run folders of earlier commands there are removed.
+    version and command). Other systems' run folders that earlier commands
+    left there are kept (and listed in summary.csv, provenance.json and the
+    plots when they ran the same resolved scenario); --clean removes them.
 
     Example: basin run trap-1p1d --set surge.factor=2.0 --system hicache --out results/trap
     """
-    from basin.experiments.plots import intervention_marks, plot_cliff, plot_run_timeseries
     from basin.experiments.runner import check_runnable, provenance, remove_stale_runs, run_scenario, write_provenance
-    from basin.experiments.scenario import load_scenario
+    from basin.experiments.scenario import load_scenario, scenario_dict
     from basin.metrics.io import write_run
     from basin.systems import expand_systems
 
@@ -59,6 +63,9 @@ def run(
         from basin.errors import BasinInputError
 
         raise BasinInputError("--json and --csv both choose what is printed: give one")
+    from basin.cli.outputs import check_out_dir
+
+    check_out_dir(out)  # a file where the folder goes: refused now, not after the runs
     overrides = list(set_ or [])
     if seed is not None:
         overrides.append(f"seed={seed}")
@@ -70,6 +77,7 @@ def run(
     for line in warnings:
         _err.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     out_dir = out or Path("results") / sc.name
+    check_out_dir(out_dir)
     quiet = as_json or as_csv
     runs = []
     if _err.is_terminal and not quiet:
@@ -90,25 +98,45 @@ def run(
             lines = PlainProgress(f"{sc.name} / {name}", sc.duration_min)
             runs.append(run_scenario(sc, name, lines, params=dict(split.given[name])))
             lines(sc.duration_min * 60.0)
-    removed = remove_stale_runs(out_dir, keep=[r.system for r in runs])
-    if removed:
-        _err.print(f"[yellow]note:[/] removed run folders of an earlier command from {out_dir}: "
-                   f"{', '.join(removed)}", highlight=False, soft_wrap=True)
+    mine = [r.system for r in runs]
+    earlier = EarlierRuns(out_dir, [], [], [], {})
+    if clean:
+        removed = remove_stale_runs(out_dir, keep=mine)
+        if removed:
+            _err.print(f"[yellow]note:[/] --clean: removed run folders of an earlier command from {out_dir}: "
+                       f"{', '.join(removed)}", highlight=False, soft_wrap=True)
+    else:
+        earlier = earlier_runs(out_dir, scenario_dict(sc), mine)
+        if earlier.merged:
+            _err.print(f"[yellow]note:[/] kept the runs of an earlier command on the same scenario in {out_dir}: "
+                       f"{', '.join(earlier.merged)} (in summary.csv and the plots; --clean removes them)",
+                       highlight=False, soft_wrap=True)
+        if earlier.other:
+            _err.print(f"[yellow]note:[/] kept run folders of an earlier command with other settings in {out_dir}: "
+                       f"{', '.join(earlier.other)} (not in summary.csv; --clean removes them)",
+                       highlight=False, soft_wrap=True)
     for r in runs:
         write_run(out_dir / r.system, r.result.calls, r.result.sessions, r.result.timeseries, r.summary)
     rows = [_row(r) for r in runs]
-    (out_dir / "summary.csv").write_text(_csv(rows), encoding="utf-8")
+    (out_dir / "summary.csv").write_text(_csv([*rows, *earlier.rows]), encoding="utf-8")
     write_provenance(out_dir, provenance(
         [(scenario, sc, overrides)],
-        {r.system: {"policy_params": r.policy_params, "cliff_profile": r.cliff} for r in runs},
+        {**{r.system: {"policy_params": r.policy_params, "cliff_profile": r.cliff} for r in runs},
+         **earlier.systems},
         {"warnings": warnings, "notes": list(split.notes),
-         "outputs": {"runs": [r.system for r in runs], "summary_csv": "summary.csv"}}))
-    if plots:
+         "outputs": {"runs": [*mine, *earlier.merged], "summary_csv": "summary.csv",
+                     "earlier_runs": earlier.merged, "other_runs_kept": earlier.other}}))
+    if plots:  # imported here: --no-plots (every run of a sweep) needs none of it
+        from basin.experiments.plots import intervention_marks, plot_cliff, plot_run_timeseries
+        from basin.metrics.io import read_table
+
+        series = {r.system: r.result.timeseries for r in runs}
+        series.update({name: read_table(out_dir / name / "timeseries.parquet") for name in earlier.merged})
         shade = [(sc.surge.start_min, sc.surge.end_min)] if sc.trigger_min is not None else []
-        plot_run_timeseries({r.system: r.result.timeseries for r in runs}, out_dir / "timeseries.png",
+        plot_run_timeseries(series, out_dir / "timeseries.png",
                             shade_windows=shade, interventions=intervention_marks(sc.interventions),
                             title=f"{sc.name}")
-        plot_cliff({r.system: r.result.timeseries for r in runs}, out_dir / "cliff.png",
+        plot_cliff(series, out_dir / "cliff.png",
                    title=f"{sc.name}: hit rate against working set")
     if as_json:
         print(json.dumps(rows))
@@ -131,6 +159,45 @@ def run(
     console = Console()
     Console(width=max(console.width, 140)).print(table)
     _err.print(f"tables, plots, summary.csv and provenance.json in {out_dir}")
+
+
+@dataclass(frozen=True)
+class EarlierRuns:
+    """Run folders an earlier ``basin run`` left in the output folder."""
+
+    out_dir: Path
+    #: Systems that ran the same resolved scenario: listed with this command's runs.
+    merged: list[str]
+    #: Their summary.csv rows (as text) and provenance entries.
+    rows: list[dict[str, Any]]
+    #: Folders kept that ran something else (or whose provenance is gone).
+    other: list[str]
+    systems: dict[str, Any]
+
+
+def earlier_runs(out_dir: Path, resolved: dict[str, Any], mine: Sequence[str]) -> EarlierRuns:
+    """The other systems' run folders in ``out_dir``, split by whether the
+    earlier command ran the same resolved scenario (per its provenance.json
+    and summary.csv); nothing is removed."""
+    from basin.experiments.runner import PROVENANCE_FILE, RUN_MARKERS
+    from basin.jsonvalues import json_value
+
+    if not out_dir.is_dir():
+        return EarlierRuns(out_dir, [], [], [], {})
+    folders = [c.name for c in sorted(out_dir.iterdir())
+               if c.is_dir() and c.name not in mine and any((c / m).exists() for m in RUN_MARKERS)]
+    try:
+        prov = json.loads((out_dir / PROVENANCE_FILE).read_text(encoding="utf-8"))
+        with open(out_dir / "summary.csv", encoding="utf-8", newline="") as fh:
+            old_rows = {row["system"]: row for row in csv.DictReader(fh)}
+        (old,) = prov["scenarios"]
+        same = json.dumps(old["resolved"], sort_keys=True) == json.dumps(json_value(resolved), sort_keys=True)
+        systems = prov["systems"]
+    except (OSError, ValueError, KeyError, TypeError):
+        same, old_rows, systems = False, {}, {}
+    merged = [name for name in folders if same and name in old_rows and name in systems]
+    return EarlierRuns(out_dir, merged, [old_rows[name] for name in merged],
+                       [name for name in folders if name not in merged], {name: systems[name] for name in merged})
 
 
 class PlainProgress:

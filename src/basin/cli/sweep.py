@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from basin.cli.options import parse_jobs
+from basin.cli.outputs import check_out_dir
 from basin.cli.stored import compute_missing, print_notes
 from basin.errors import BasinInputError
 
@@ -23,7 +24,9 @@ _err = Console(stderr=True)
 
 
 def sweep(
-    file: Path = typer.Argument(..., help="Sweep file (YAML; docs/sweeps.md), e.g. sweeps/demo-surge-size.yaml."),
+    file: Path = typer.Argument(..., metavar="NAME|FILE",
+                                help="A shipped sweep by name (e.g. fig07-vulnerability-1p1d; `basin sweep --list "
+                                     "all` names them) or a sweep file (YAML; docs/sweeps.md)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder: the result store (runs/), the table "
                                                            "(sweep.parquet), plots and provenance.json "
                                                            "(default results/sweeps/<name>)."),
@@ -34,7 +37,8 @@ def sweep(
     address: Optional[str] = typer.Option(None, "--address", help="A Ray cluster to run on (e.g. "
                                                                   "ray://head:10001 or auto); default: a local "
                                                                   "Ray instance."),
-    list_: bool = typer.Option(False, "--list", help="Print the runs (and which are stored) without running."),
+    list_: bool = typer.Option(False, "--list", help="Print the runs (and which are stored) without running; "
+                                                    "`basin sweep all --list` lists the shipped sweeps."),
     as_json: bool = typer.Option(False, "--json", help="Print {runs_total, runs_computed, runs_reused, table} "
                                                        "(with --list: the runs as JSON)."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Draw the sweep's plots."),
@@ -60,10 +64,16 @@ def _sweep(file: Path, out: Path | None, jobs: int | None, executor: str, addres
     from basin.experiments.sweep import TABLE_FILE, load_sweep, pending_points, run_sweep
 
     workers = parse_jobs(jobs)
+    check_out_dir(out)
+    if list_ and str(file) == "all":
+        _print_shipped(as_json)
+        return
+    file = sweep_file(file)
     if not list_:
         check_executor(executor, address)  # Ray missing or a stray --address: before the grid is resolved
     sw = load_sweep(file)
     out_dir = out if out is not None else Path("results") / "sweeps" / sw.name
+    check_out_dir(out_dir)
     print_notes(_err, sw.notes, sw.warnings)
     store = RunStore(out_dir / STORE_DIR)
     if list_:
@@ -80,6 +90,50 @@ def _sweep(file: Path, out: Path | None, jobs: int | None, executor: str, addres
                f"{outcome.wall_s:.1f} s; table {out_dir / TABLE_FILE}"
                + (f"; plots {', '.join(str(p) for p in outcome.plots)}" if outcome.plots else "")
                + f"; `basin report {out_dir}` renders it", highlight=False, soft_wrap=True)
+
+
+def shipped_sweeps() -> dict[str, Path]:
+    """The sweep files shipped with the package, by name (a subfolder's with it: calibration/NAME)."""
+    from basin.paths import SWEEP_DIR
+
+    if not SWEEP_DIR.is_dir():
+        return {}
+    return {p.relative_to(SWEEP_DIR).with_suffix("").as_posix(): p for p in sorted(SWEEP_DIR.rglob("*.yaml"))}
+
+
+def sweep_file(arg: Path) -> Path:
+    """A sweep file as given, or the shipped sweep it names (``NAME``,
+    ``NAME.yaml`` or ``sweeps/NAME.yaml`` from a checkout's README, which an
+    installed package resolves to its own copy)."""
+    if arg.is_file():
+        return arg
+    shipped = shipped_sweeps()
+    name = arg.as_posix().removeprefix("sweeps/").removesuffix(".yaml")
+    if name in shipped:
+        return shipped[name]
+    if arg.suffix in (".yaml", ".yml") and "/" in arg.as_posix().removeprefix("sweeps/"):
+        raise BasinInputError(f"{arg}: sweep file not found")
+    raise BasinInputError(f"{arg}: no such sweep file, and no shipped sweep of that name; shipped: "
+                          f"{', '.join(shipped) or 'none'}")
+
+
+def _print_shipped(as_json: bool) -> None:
+    from basin.yamlfile import load_yaml
+
+    rows = []
+    for name, path in shipped_sweeps().items():
+        data = load_yaml(path)
+        description = data.get("description", "") if isinstance(data, dict) else ""
+        rows.append({"name": name, "file": str(path), "description": " ".join(str(description).split())})
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table(title="shipped sweeps (basin sweep NAME)")
+    table.add_column("name", no_wrap=True)
+    table.add_column("description")
+    for row in rows:
+        table.add_row(row["name"], row["description"])
+    Console().print(table)
 
 
 def _print_list(sw: Sweep, store: RunStore, as_json: bool) -> None:

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from basin.cli.options import parse_jobs
+from basin.cli.outputs import check_out_dir
 from basin.cli.stored import compute_missing, print_notes
 from basin.errors import BasinInputError
 
@@ -63,10 +64,12 @@ def _tune(file: Path, out: Path | None, jobs: int | None, executor: str, address
     from basin.experiments.tune import load_tuning, pending_runs, run_tuning
 
     workers = parse_jobs(jobs)
+    check_out_dir(out)
     if not list_:
         check_executor(executor, address)
     tuning = load_tuning(file)
     out_dir = out if out is not None else Path("results") / "tune" / tuning.name
+    check_out_dir(out_dir)
     print_notes(_err, tuning.notes, tuning.warnings)
     store = RunStore(out_dir / STORE_DIR)
     if list_:

@@ -40,6 +40,9 @@ def _check_workload_out(out: Path) -> None:
 
     if workload_suffix(out) is None:
         raise BasinInputError(f"--out {out}: use a workload file ending in {', '.join(WORKLOAD_SUFFIXES)}")
+    from basin.cli.outputs import check_out_file
+
+    check_out_file(out)
 
 
 def _wrote(out: Path, sessions: int, calls: int) -> None:
@@ -47,15 +50,23 @@ def _wrote(out: Path, sessions: int, calls: int) -> None:
 
 
 @app.command("list")
-def list_cmd() -> None:
+def list_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON array, one object per preset "
+                                                       "(name, kind, sessions, description)."),
+) -> None:
     """List the workload presets any command accepts in place of a file.
 
     Example:
 
-        basin workload list
+        basin workload list --json
     """
+    from dataclasses import asdict
+
     from basin.workload.presets import list_presets
 
+    if as_json:
+        typer.echo(json.dumps([asdict(p) for p in list_presets()]))
+        return
     table = Table(title="workload presets")
     for column in ("name", "kind", "sessions", "description"):
         table.add_column(column, justify="right" if column == "sessions" else "left")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,10 +49,23 @@ def _shade(ax: Axes, windows: Sequence[tuple[float, float]], *, label: bool) -> 
         ax.axvspan(start, end, color="0.85", zorder=0, label="surge" if label and i == 0 else None)
 
 
-def _system_style(i: int) -> dict[str, str]:
-    """Colour per system (tab10), then a new line style per ten: colour alone
-    tells the runs apart up to ten, and no two runs ever share a look."""
-    return {"color": f"C{i % 10}", "ls": ("-", "--", ":", "-.")[i // 10 % 4]}
+#: Line styles and markers cycled beside the ten colours: with 4, 7 and 10
+#: (pairwise coprime but 4 and 10) no two of the first 20 systems share all
+#: three, and neighbours (basin and basin-paper, say) differ in each.
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def _system_style(i: int) -> dict[str, Any]:
+    """Colour, line style and marker per system, so that systems are told
+    apart without colour too and a line drawn over another still shows its
+    markers (staggered, one every tenth of the axis)."""
+    return {"color": f"C{i % 10}", "ls": LINE_STYLES[(i + i // 10) % 4], "marker": MARKERS[i % 7],
+            "markevery": (0.013 * (i % 7), 0.1), "ms": 4.5}
+
+
+#: Width of the cliff plot's bins of working set / cache.
+CLIFF_BIN_WIDTH = 0.1
 
 
 def intervention_marks(interventions: Sequence[InterventionSpec]) -> list[tuple[float, str]]:
@@ -202,8 +215,9 @@ def plot_cliff(points_by_run: Mapping[str, CliffPoints | Table], out_png: str | 
     if pooled:
         all_points = CliffPoints(*(np.concatenate([getattr(p, f) for p in pooled])
                                    for f in ("start_min", "working_set_ratio", "hit_rate")))
-        centres, medians = cliff_median_curve(all_points)
-        ax.plot(centres, medians, color="k", lw=2.0, label="binned median")
+        centres, medians = cliff_median_curve(all_points, bin_width=CLIFF_BIN_WIDTH)
+        ax.plot(*_broken_at_gaps(centres, medians, CLIFF_BIN_WIDTH), color="k", lw=2.0, marker="o", ms=3,
+                label=f"binned median (bins of {CLIFF_BIN_WIDTH:g} with >= 3 windows)")
     ax.axvline(1.0, color="0.3", ls="--", lw=1.2, label="working set = cache")
     ax.set_xlabel(CLIFF_X_LABEL)
     ax.set_ylabel(f"prefix hit rate ({window_min}-min windows)")
@@ -218,6 +232,15 @@ def plot_cliff(points_by_run: Mapping[str, CliffPoints | Table], out_png: str | 
         ax.set_title(title)
     _save(fig, out_png)
     return fig
+
+
+def _broken_at_gaps(x: np.ndarray, y: np.ndarray, step: float) -> tuple[np.ndarray, np.ndarray]:
+    """``x, y`` with a NaN wherever consecutive bins are not neighbours, so a
+    line is drawn only across bins that hold samples, never over empty ranges."""
+    if x.size < 2:
+        return x, y
+    gap = np.flatnonzero(np.diff(x) > 1.5 * step) + 1
+    return np.insert(x.astype(float), gap, np.nan), np.insert(y.astype(float), gap, np.nan)
 
 
 def plot_profile(profile: CliffProfile, out_png: str | os.PathLike[str]) -> Path:

@@ -1,11 +1,21 @@
 """Running many independent simulations over the machine's cores: the one
 process pool of basin-serve (profiles, classification ramps, critical rates,
-comparisons and ablations all run their jobs here)."""
+comparisons, ablations and sweeps all run their jobs here).
+
+Ctrl-C: a terminal sends SIGINT to the whole process group, workers included.
+Workers ignore it (an interrupt inside the compiled simulator can abort a
+worker, and a worker that dies leaves the pool waiting), and the parent
+decides: on the first Ctrl-C no further job starts and the jobs under way
+finish, so a caller that keeps results as they arrive (``on_result``, the
+sweep's store) keeps them; a second Ctrl-C kills the workers at once. Either
+way ``KeyboardInterrupt`` reaches the caller after every worker is gone.
+"""
 
 from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -13,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 if TYPE_CHECKING:
     import multiprocessing.context
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 Job = TypeVar("Job")
 Result = TypeVar("Result")
@@ -29,14 +40,25 @@ def _context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context(method)
 
 
+def _ignore_interrupts() -> None:
+    """Worker initializer: SIGINT is the parent's to handle (see the module's notes)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def run_jobs(fn: Callable[[Job], Result], jobs: Sequence[Job], workers: int | None = None,
              progress: Callable[[int, int], None] | None = None,
-             on_result: Callable[[int, Result], None] | None = None) -> list[Result]:
+             on_result: Callable[[int, Result], None] | None = None,
+             stream: TextIO | None = None) -> list[Result]:
     """``fn`` over ``jobs`` in worker processes (in this process when one
     worker suffices), results in completion order; ``progress(done, total)``
     after each, and ``on_result(index of the job, result)`` before it (in
     this process, e.g. to keep a result on disk as soon as it exists).
-    ``fn`` must be a module-level function (it is pickled)."""
+    ``fn`` must be a module-level function (it is pickled).
+
+    On Ctrl-C, with ``on_result`` given, the jobs under way finish (and are
+    handed to it) unless a second Ctrl-C comes; without it nothing would be
+    kept, so the workers stop at once. What the pool does is said on
+    ``stream`` (default stderr); then ``KeyboardInterrupt`` is raised."""
     results: list[Result] = []
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     if workers == 1:
@@ -48,18 +70,66 @@ def run_jobs(fn: Callable[[Job], Result], jobs: Sequence[Job], workers: int | No
             if progress is not None:
                 progress(done, len(jobs))
         return results
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
-        futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
-        for done, fut in enumerate(as_completed(futures), start=1):
-            result = fut.result()
-            results.append(result)
-            if on_result is not None:
-                on_result(futures[fut], result)
-            if progress is not None:
-                progress(done, len(jobs))
+    def finish(fut: Future[Result], index: int) -> None:
+        result = fut.result()
+        results.append(result)
+        if on_result is not None:
+            on_result(index, result)
+        if progress is not None:
+            progress(len(results), len(jobs))
+
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_ignore_interrupts)
+    running: dict[Future[Result], int] = {}
+    queued = iter(enumerate(jobs))
+    try:
+        # At most one job per worker is submitted, so that after a Ctrl-C no
+        # job the pool had already queued starts.
+        for index, job in queued:
+            running[pool.submit(fn, job)] = index
+            if len(running) < workers:
+                continue
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                finish(fut, running.pop(fut))
+        while running:
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                finish(fut, running.pop(fut))
+    except KeyboardInterrupt:
+        out = stream if stream is not None else sys.stderr
+        if on_result is not None and running:
+            print(f"interrupted: starting no further run; finishing the {len(running)} under way "
+                  "(Ctrl-C again to stop at once)", file=out, flush=True)
+            try:
+                while running:
+                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        finish(fut, running.pop(fut))
+            except KeyboardInterrupt:
+                pass
+        elif running:
+            print(f"interrupted: stopping the {len(running)} runs under way", file=out, flush=True)
+        _stop(pool)
+        raise
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
     return results
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Kill the pool's workers and wait until they are gone (no orphan is left).
+    Python 3.11's pool has no public way to reach them (3.14 adds one)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+    for process in processes:
+        process.join(timeout=10.0)
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 class JobProgress:

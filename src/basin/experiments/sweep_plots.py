@@ -180,10 +180,53 @@ def _ticks(values: Sequence[Any]) -> list[str]:
     return [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
 
 
+#: Summary fields in words, with their units.
+FIELD_LABELS = {
+    "goodput_per_h": "goodput (sessions/h)", "active_sessions_final": "active sessions at the end",
+    "hit_rate_final": "prefix hit rate, last window", "hit_rate_pre": "prefix hit rate before the surge",
+    "completed_fraction": "sessions completed (fraction)", "shed_fraction": "sessions shed (fraction)",
+    "slowdown_p50": "median session slowdown (x unloaded)", "slowdown_p90": "p90 session slowdown (x unloaded)",
+    "ttft_p50_final_s": "median TTFT, last window (s)", "l_late_s": "L_late (s)",
+}
+#: Scenario keys in words, with their units (others: the key, its unit from its suffix).
+AXIS_LABELS = {
+    "surge.factor": "surge.factor (arrival rate in the surge, x the base rate)",
+    "arrivals.base_per_min": "arrivals.base_per_min (sessions/min)",
+    "host_ratio": "host_ratio (host tier, x the GPU prefix cache)",
+    "arrivals.base_fraction_of_critical": "arrivals.base_fraction_of_critical (x the critical rate)",
+}
+_SUFFIX_UNITS = (("_per_min", "sessions/min"), ("_min", "min"), ("_s", "s"), ("_tokens", "tokens"))
+
+
+def _unit_label(name: str) -> str:
+    unit = next((u for suffix, u in _SUFFIX_UNITS if name.endswith(suffix)), None)
+    return f"{name} ({unit})" if unit else name
+
+
 def _label(spec: PlotSpec) -> str:
     from basin.experiments.sweep import TRAPPED
 
-    return "trapped (share of seeds)" if spec.field == TRAPPED else spec.field
+    if spec.field == TRAPPED:
+        return "trapped (share of seeds)"
+    return FIELD_LABELS.get(spec.field) or _unit_label(spec.field)
+
+
+def axis_label(sweep: Sweep, name: str, rows: Sequence[Row]) -> str:
+    """An axis in words with its unit; a derived axis with the rate it is a
+    multiple of (the critical rate, the scenario's base rate or a number) in
+    sessions per minute, read from the runs' resolved rates."""
+    derived = sweep.spec.derived.get(name)
+    if derived is None:
+        return AXIS_LABELS.get(name) or _unit_label(name)
+    ratios = {round(float(r[f"{name}.per_min"]) / float(r[name]), 6) for r in rows
+              if r.get(name) and r.get(f"{name}.per_min") is not None}
+    rate = f", {next(iter(ratios)):.3g}/min" if len(ratios) == 1 else ""
+    what = "after-surge rate" if derived.sets == "arrivals.rate_changes" else "base rate"
+    if derived.of == "critical":
+        return f"{name}\n({what}, x the critical rate λc{rate})"
+    if derived.of == "base":
+        return f"{name}\n({what}, x the scenario's base rate{rate})"
+    return f"{name}\n({what}, x {derived.of:g}/min)"
 
 
 def _title(sweep: Sweep, spec: PlotSpec) -> str:
@@ -224,8 +267,8 @@ def draw_heatmap(sweep: Sweep, spec: PlotSpec, rows: Sequence[Row], out: Path) -
                         color="white" if dark else "black")
         ax.set_xticks(range(len(xs)), _ticks(xs))
         ax.set_yticks(range(len(ys)), _ticks(ys))
-        ax.set_xlabel(spec.x)
-        ax.set_ylabel(spec.y)
+        ax.set_xlabel(axis_label(sweep, spec.x, rows))
+        ax.set_ylabel(axis_label(sweep, spec.y, rows))
         ax.set_title(system, fontsize=10)
     if image is not None:
         fig.colorbar(image, ax=list(axes), label=_label(spec), shrink=0.9)
@@ -241,16 +284,20 @@ def draw_line(sweep: Sweep, spec: PlotSpec, rows: Sequence[Row], out: Path) -> P
     pos = np.array([float(v) for v in xs]) if numeric else np.arange(len(xs), dtype=float)
     fig = new_figure(6.5, 4.0)
     ax = fig.subplots()
+    from basin.experiments.plots import LINE_STYLES, MARKERS
+
     for k, system in enumerate(sweep.systems):
         cells = [_cell(_match(rows, {spec.x: xv, "system": system}), spec.field) for xv in xs]
         mean = np.array([c[0] for c in cells])
         low, high = np.array([c[1] for c in cells]), np.array([c[2] for c in cells])
-        ax.plot(pos, mean, marker="o", ms=4, lw=1.5, color=f"C{k}", label=system)
+        # Colour, line style and marker each tell the systems apart (two may coincide).
+        ax.plot(pos, mean, marker=MARKERS[k % len(MARKERS)], ls=LINE_STYLES[k % len(LINE_STYLES)], ms=5,
+                lw=1.5, color=f"C{k % 10}", label=system, alpha=0.9)
         if np.any(high > low):
             ax.fill_between(pos, low, high, color=f"C{k}", alpha=0.18, lw=0)
     if not numeric:
         ax.set_xticks(pos, _ticks(xs))
-    ax.set_xlabel(spec.x)
+    ax.set_xlabel(axis_label(sweep, spec.x, rows))
     ax.set_ylabel(_label(spec) + (" (mean; range over seeds shaded)" if len(sweep.axis_values["seed"]) > 1 else ""))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
@@ -373,9 +420,9 @@ def draw_frontier(sweep: Sweep, spec: PlotSpec, rows: Sequence[Row], out: Path) 
             if title:
                 ax.set_title(title, fontsize=10)
             if gi == 0 and spec.y is not None:
-                ax.set_ylabel(spec.y)
+                ax.set_ylabel(axis_label(sweep, spec.y, rows))
             if si == len(systems) - 1:
-                ax.set_xlabel(f"highest {spec.x} that holds")
+                ax.set_xlabel(f"highest value that holds of {axis_label(sweep, spec.x, rows)}")
     from matplotlib.patches import Patch
 
     handles = [Patch(facecolor=_LIMIT_STYLE[k][0], label=_LIMIT_STYLE[k][1],

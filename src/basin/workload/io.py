@@ -29,9 +29,12 @@ sessions: each request becomes a one-call session.
 from __future__ import annotations
 
 import csv
+import functools
 import gzip
+import hashlib
 import json
 import math
+import re
 import zlib
 from collections.abc import Iterator
 from datetime import datetime
@@ -39,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from basin.errors import BasinInputError, where
-from basin.workload.records import Call, RecordError, Session, Workload
+from basin.workload.records import Call, CallColumns, RecordError, Session, Workload, bulk_sessions
 
 FORMAT = "basin-workload"
 FORMAT_VERSION = 1
@@ -197,9 +200,36 @@ def read_workload(path: str | Path) -> Workload:
     suffix = _require_suffix(path)
     if not path.is_file():
         raise BasinInputError(f"{path}: no such file")
-    if suffix == ".parquet":
-        return _read_parquet(path)
-    return _read_jsonl(path)
+    reader = _read_parquet if suffix == ".parquet" else _read_jsonl
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise BasinInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) < CACHE_MIN_BYTES:
+        return reader(path)
+    # Every run of a sweep or compare reads the file again in its own process:
+    # the checked records are kept on disk under the file's content (and the
+    # reader's code), so only the first read parses.
+    from basin import diskcache
+
+    key = diskcache.make_key("workload-file", hashlib.sha256(data).hexdigest(), str(path), _reader_digest())
+    return diskcache.cached(READ_CACHE, key, lambda: reader(path))
+
+
+#: The disk cache (basin.diskcache) of workload files' checked records.
+READ_CACHE = "workload-files"
+#: Smaller files are parsed every time: a few thousand calls parse in a few
+#: milliseconds, about what a cache entry costs to find and load.
+CACHE_MIN_BYTES = 1 << 20
+
+
+@functools.cache
+def _reader_digest() -> str:
+    """Digest of the code that turns a file into records."""
+    from basin import diskcache
+
+    here = Path(__file__).parent
+    return diskcache.source_digest([here / "io.py", here / "records.py"])
 
 
 def write_workload(w: Workload, path: str | Path) -> None:
@@ -260,6 +290,122 @@ def _jsonl_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def _read_jsonl(path: Path) -> Workload:
+    """A JSONL workload: parsed as columns (Arrow's JSON reader) and checked
+    in bulk; a file that does not fit the columns or breaks a check is read
+    again line by line, which names the line, call and field at fault."""
+    return _read_jsonl_columnar(path) or _read_jsonl_lines(path)
+
+
+def _jsonl_schema() -> Any:
+    import pyarrow as pa
+
+    call = pa.struct([("prompt_tokens", pa.int64()), ("new_tokens", pa.int64()), ("output_tokens", pa.int64()),
+                      ("tool_gap_s", pa.float64()), ("block_hashes", pa.list_(pa.int64()))])
+    return pa.schema([("session_id", pa.string()), ("task_text", pa.string()), ("tags", pa.list_(pa.string())),
+                      ("shared_prefix_tokens", pa.int64()), ("prefix_group", pa.string()), ("source", pa.string()),
+                      ("start_s", pa.float64()), ("calls", pa.list_(call))])
+
+
+def _split_header(data: bytes) -> tuple[_Header | None, bytes] | None:
+    """The header object (when the first non-blank line is one) and the rest
+    of the file; None when the line reader must judge the first line."""
+    start = 0
+    while True:
+        end = data.find(b"\n", start)
+        line = data[start:] if end < 0 else data[start:end]
+        if line.strip() or end < 0:
+            break
+        start = end + 1
+    try:
+        obj = json.loads(line)
+    except ValueError:  # malformed JSON or not UTF-8
+        return None
+    if not isinstance(obj, dict):
+        return None
+    if "format" not in obj:
+        return None, data[start:]
+    try:
+        return _header_values(obj), b"" if end < 0 else data[end + 1:]
+    except RecordError:
+        return None
+
+
+def _read_jsonl_columnar(path: Path) -> Workload | None:
+    """The workload, or None when the line reader must read it (see _read_jsonl)."""
+    try:
+        data = path.read_bytes()
+        if path.name.lower().endswith(".gz"):
+            data = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error):
+        return None
+    split = _split_header(data)
+    if split is None or not split[1] or split[1].isspace():
+        return None
+    header, body = split
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pa_json
+
+    try:
+        # One block for the whole file: Arrow refuses an object across blocks.
+        table = pa_json.read_json(
+            pa.BufferReader(body), read_options=pa_json.ReadOptions(use_threads=False, block_size=len(body) + 1),
+            parse_options=pa_json.ParseOptions(explicit_schema=_jsonl_schema(), unexpected_field_behavior="error"))
+        table = table.combine_chunks()
+        table.validate(full=True)  # strings are UTF-8 (the line reader names a line that is not)
+    except (pa.ArrowException, OverflowError, ValueError):
+        return None
+    calls = table.column("calls").chunk(0) if table.num_rows else None
+    if calls is None:
+        return None
+    values = calls.flatten()
+    # A null in a column is an explicit null or an absent field. Where the
+    # field has a default the line reader tells them apart (absent: the
+    # default; null: an error), so a file that spells a null out for one of
+    # them is left to it; a required field null or absent is an error.
+    defaulted = {"tags": table.column("tags"), "source": table.column("source"),
+                 "shared_prefix_tokens": table.column("shared_prefix_tokens"), "tool_gap_s": values.field("tool_gap_s")}
+    required = [table.column("session_id"), table.column("calls"), values,
+                *(values.field(name) for name in _REQUIRED_CALL_FIELDS)]
+    if any(column.null_count for column in required):
+        return None
+    if any(column.null_count and re.search(rb'"%s"\s*:\s*null' % name.encode(), body)
+           for name, column in defaulted.items()):
+        return None
+    tags = pc.fill_null(table.column("tags"), pa.scalar([], type=pa.list_(pa.string()))).chunk(0)
+    if tags.flatten().null_count:
+        return None
+    hashes = values.field("block_hashes")
+    block_hashes = None
+    if hashes.null_count < len(hashes):
+        if hashes.flatten().null_count:
+            return None
+        block_hashes = [None if h is None else tuple(h) for h in hashes.to_pylist()]
+    start_s = table.column("start_s").to_numpy(zero_copy_only=False)  # NaN where null
+    given = table.column("start_s").chunk(0).is_valid().to_numpy(zero_copy_only=False)
+    if (given & ~(np.isfinite(start_s) & (start_s >= 0))).any():
+        return None
+    ids = table.column("session_id").to_pylist()
+    if len(set(ids)) != len(ids):
+        return None
+    sessions = bulk_sessions(CallColumns(
+        session_id=ids, task_text=table.column("task_text").to_pylist(), tags=tags.to_pylist(),
+        shared_prefix_tokens=pc.fill_null(table.column("shared_prefix_tokens"), 0).to_numpy(),
+        prefix_group=table.column("prefix_group").to_pylist(),
+        source=pc.fill_null(table.column("source"), "").to_pylist(),
+        call_counts=calls.value_lengths().to_numpy(),
+        prompt_tokens=values.field("prompt_tokens").to_numpy(), new_tokens=values.field("new_tokens").to_numpy(),
+        output_tokens=values.field("output_tokens").to_numpy(),
+        tool_gap_s=pc.fill_null(values.field("tool_gap_s"), 0.0).to_numpy(),
+        block_hashes=block_hashes))
+    if sessions is None:
+        return None
+    starts = {sid: s for sid, s, ok in zip(ids, start_s.tolist(), given.tolist()) if ok}
+    return _workload(path, header or _default_header(path), sessions, starts)
+
+
+def _read_jsonl_lines(path: Path) -> Workload:
     header: _Header | None = None
     sessions: list[Session] = []
     starts: dict[str, float] = {}

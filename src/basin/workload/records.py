@@ -19,12 +19,15 @@ Token accounting, per call k:
 
 from __future__ import annotations
 
+import gc
 import math
 from array import array
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from itertools import repeat
+
+import numpy as np
 
 
 class RecordError(ValueError):
@@ -275,3 +278,90 @@ def _restore_workload(columns: Sequence[bytes], lengths: bytes,
     for name, value in zip(_WORKLOAD_FIELDS, values, strict=True):
         object.__setattr__(workload, name, value)
     return workload
+
+
+@dataclass(frozen=True, slots=True)
+class CallColumns:
+    """Sessions as columns, the form a columnar reader produces: one entry per
+    session in the session columns, one per call in the call columns (calls
+    of a session contiguous and in order, ``call_counts`` of them)."""
+
+    session_id: Sequence[object]
+    task_text: Sequence[object]
+    tags: Sequence[object]
+    shared_prefix_tokens: np.ndarray
+    prefix_group: Sequence[object]
+    source: Sequence[object]
+    call_counts: np.ndarray
+    prompt_tokens: np.ndarray
+    new_tokens: np.ndarray
+    output_tokens: np.ndarray
+    tool_gap_s: np.ndarray
+    #: Per call, its block hashes (a tuple) or None; None: no call has any.
+    block_hashes: Sequence[tuple[int, ...] | None] | None = None
+
+
+def bulk_sessions(cols: CallColumns) -> list[Session] | None:
+    """The sessions ``cols`` hold, with every invariant of :class:`Call` and
+    :class:`Session` checked over whole columns at once; None when any record
+    breaks one (build those records one by one to learn which and why: the
+    checks here accept exactly what the constructors accept)."""
+    counts = cols.call_counts
+    n_sessions, n_calls = len(cols.session_id), int(counts.sum()) if len(counts) else 0
+    prompt, new, output, gap = cols.prompt_tokens, cols.new_tokens, cols.output_tokens, cols.tool_gap_s
+    if n_sessions == 0 or len(counts) != n_sessions or (counts <= 0).any() or len(prompt) != n_calls:
+        return None
+    for name in ("prompt_tokens", "new_tokens", "output_tokens", "shared_prefix_tokens"):
+        column = getattr(cols, name)
+        if column.dtype.kind not in "iu" or (len(column) and column.min() < 0):
+            return None
+    if gap.dtype.kind != "f" or not np.isfinite(gap).all() or (gap < 0).any() or (new > prompt).any():
+        return None
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    if (cols.shared_prefix_tokens > prompt[starts]).any():
+        return None
+    # A call reuses at most the previous call's prompt plus output (the first call of a session has none).
+    later = np.ones(n_calls, dtype=bool)
+    later[starts] = False
+    reused, context = prompt - new, prompt + output
+    if (later[1:] & (reused[1:] > context[:-1])).any():
+        return None
+    ids = cols.session_id
+    if not all(type(s) is str and s for s in ids):
+        return None
+    if not all(t is None or type(t) is str for t in cols.task_text) \
+            or not all(g is None or type(g) is str for g in cols.prefix_group) \
+            or not all(type(s) is str for s in cols.source):
+        return None
+    tags = [tuple(t) if type(t) is list else t for t in cols.tags]
+    if not all(type(t) is tuple and all(type(x) is str for x in t) for t in tags):
+        return None
+    # Tens of thousands of new objects, none cyclic: the collector's passes
+    # over them would cost as much as building them.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        calls = _calls_unchecked(prompt.tolist(), new.tolist(), output.tolist(), gap.tolist(), cols.block_hashes)
+        bounds = np.cumsum(counts).tolist()
+        sessions = []
+        first = 0
+        shared = cols.shared_prefix_tokens.tolist()
+        for i, last in enumerate(bounds):
+            sessions.append(_restore_session(tuple(calls[first:last]), ids[i], cols.task_text[i], tags[i],
+                                             shared[i], cols.prefix_group[i], cols.source[i]))
+            first = last
+    finally:
+        if collecting:
+            gc.enable()
+    return sessions
+
+
+def _calls_unchecked(prompt: list[int], new: list[int], output: list[int], gap: list[float],
+                     hashes: Sequence[tuple[int, ...] | None] | None) -> list[Call]:
+    """Calls built field by field over whole columns (each pass a C loop),
+    without the constructor's checks: the caller has made them in bulk."""
+    calls = list(map(object.__new__, repeat(Call, len(prompt))))
+    for name, column in (("prompt_tokens", prompt), ("new_tokens", new), ("output_tokens", output),
+                         ("tool_gap_s", gap), ("block_hashes", repeat(None) if hashes is None else hashes)):
+        deque(map(_SET_CALL_FIELD[name], calls, column), maxlen=0)
+    return calls
