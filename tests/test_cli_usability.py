@@ -48,8 +48,10 @@ def test_shell_completion_completes_commands_and_options() -> None:
     env.update(COMP_WORDS="basin run --cl", COMP_CWORD="2")
     done = subprocess.run([sys.executable, "-m", "basin"], env=env, capture_output=True, text=True, timeout=60)
     assert "--clean" in done.stdout.split()
+    # The shell named, not detected: under `make` (or CI) the parent shell is sh, which has no completion.
     shown = subprocess.run([sys.executable, "-m", "basin", "--show-completion", "bash"], capture_output=True,
-                           text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+                           text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT / "src"),
+                                                           _TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION="1"))
     assert shown.returncode == 0 and "_BASIN_COMPLETE" in shown.stdout
 
 
@@ -81,12 +83,14 @@ def test_workload_list_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_model_analyze_says_where_the_simulator_differs(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run_basin(capsys, "model", "analyze", "--scenario", "trap-1p1d")
+    # +90%: the model recovers with its peak within 10% of N_u, where the simulator often traps.
+    code, out, err = run_basin(capsys, "model", "analyze", "--scenario", "trap-1p1d", "--set", "surge.factor=1.9")
     assert code == 0, err
     assert "recovers (near N_u: see the note)" in out
     assert "the simulator" in err and "traps" in err and "docs/fluid-model.md" in err
     code, out, _ = run_basin(capsys, "model", "analyze", "--scenario", "trap-1p1d", "--set", "surge.factor=1.33",
                              "--json")
     assert code == 0 and json.loads(out)["simulator_differs"] == []
-    code, out, _ = run_basin(capsys, "model", "analyze", "--scenario", "trap-1p1d", "--json")
+    code, out, _ = run_basin(capsys, "model", "analyze", "--scenario", "trap-1p1d", "--set", "surge.factor=1.9",
+                             "--json")
     assert any("docs/fluid-model.md" in line for line in json.loads(out)["simulator_differs"])

@@ -202,8 +202,8 @@ def simulator_differs(d: dict[str, Any], tool_time: float) -> list[str]:
             f"without admission the ODE recovers, but its peak ({t['n_peak']:.0f} sessions) comes within "
             f"{100 * (1 - t['n_peak'] / n_u):.0f}% of the unstable equilibrium N_u ({n_u:.1f}): there the "
             "simulator, whose cache keeps low reuse after a collapse and whose arrivals are random, often "
-            "traps (trap-1p1d +100%: the model recovers, the simulator traps 4 of 5 seeds); check with "
-            "`basin run` or `basin vulnerable --simulate`")
+            "traps (the model's boundary for trap-1p1d is +102% from N_s, where the simulator traps 3 of 5 "
+            "seeds); check with `basin run` or `basin vulnerable --simulate`")
     if tool_time >= LONG_TOOL_TIME:
         lines.append(f"tool time x{tool_time:g}: the simulator's cliff lies to the right of the model's single hit "
                      "curve, so the model's cache-limited peak and band are pessimistic here")
