@@ -113,7 +113,8 @@ def test_the_vllm_adapter_reads_queue_kv_use_capacity_and_hit_rate_from_the_real
         await gateway.start()
         try:
             async with aiohttp.ClientSession() as client:
-                blocker = await _blocker(client, engine, tokens=8000)
+                # Long enough to outlast a few 2-second scrape timeouts on a loaded machine.
+                blocker = await _blocker(client, engine, tokens=16000)
                 queued = [asyncio.create_task(_chat(client, gateway.url, engine.model, f"Q{i}", 0))
                           for i in range(3)]
                 busy: dict = {}
