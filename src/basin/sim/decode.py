@@ -30,18 +30,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from basin.catalog import DecodeProfile
 from basin.sim.costs import DecodeCosts
 from basin.sim.events import EventLoop
 from basin.sim.invariants import RequestNeverFits, require
 from basin.sim.lending import LendingConfig, LentMemory
-from basin.sim.sessions import Queued, Request, queue_key
+from basin.sim.requests import Queued, Request, queue_key
 from basin.sim.tournament import Entrant, Tournament
-
-if TYPE_CHECKING:
-    from basin.sim.borrow import PrefillBorrower
 
 _INF: Final = math.inf
 
@@ -75,10 +72,10 @@ class DecodeRoom:
     most room wins, the lowest index on a tie), so that the router reads
     the winner rather than every instance (on a large deployment each
     instance it read was a cache miss). An instance whose figures may have
-    changed lists itself as stale, and its entrant is updated only when the
-    router next reads (ROUTER-ROOM)."""
+    changed is marked stale (by index: the room refers to no instance), and
+    its entrant is updated only when the router next reads (ROUTER-ROOM)."""
 
-    __slots__ = ("entrants", "tournament", "stale")
+    __slots__ = ("entrants", "tournament", "stale", "flagged")
 
     def __init__(self, instances: int) -> None:
         self.tournament = Tournament()
@@ -86,30 +83,57 @@ class DecodeRoom:
         self.entrants = [Entrant(0.0, index) for index in range(instances)]
         for entrant in self.entrants:
             self.tournament.add(entrant)
-        self.stale: list[DecodeInstance] = []
+        #: Indices of the instances marked stale, each once (``flagged``).
+        self.stale: list[int] = []
+        self.flagged = [False] * instances
 
-    def best(self) -> int:
-        """The index of the instance with the most room, the stale ones refreshed."""
+    def mark(self, index: int) -> None:
+        """Instance ``index``'s room may have changed: refresh it at the next read."""
+        if not self.flagged[index]:
+            self.flagged[index] = True
+            self.stale.append(index)
+
+    def best(self, instances: list[DecodeInstance]) -> int:
+        """The index of the instance with the most room, the stale ones
+        refreshed (``instances[i]`` is entrant ``i``)."""
         stale = self.stale
         if stale:
             entrants = self.entrants
             tournament = self.tournament
-            for d in stale:
-                entrant = entrants[d.index]
+            flagged = self.flagged
+            for i in stale:
+                d = instances[i]
+                entrant = entrants[i]
                 entrant.key = float(d.waiting - d.free_tokens)
                 tournament.moved(entrant)
-                d.room_stale = False
+                flagged[i] = False
             stale.clear()
         return self.tournament.root.winner.tie
 
-    def current(self) -> list[int]:
+    def current(self, instances: list[DecodeInstance]) -> list[int]:
         """Every instance's room, the stale ones refreshed (for checks and tests)."""
-        self.best()
+        self.best(instances)
         return [self.room_of(index) for index in range(len(self.entrants))]
 
     def room_of(self, index: int) -> int:
         """The room posted for instance ``index`` (stale if it is listed)."""
         return -int(self.entrants[index].key)
+
+
+class Lease:
+    """Prefill chunks lent a decode instance's steps (the mechanism is
+    :class:`basin.sim.borrow.PrefillBorrower`'s). The instance asks at each
+    step boundary and reports the steps done; it is handed in, so the lease
+    holds no reference to its instance. This base lends nothing."""
+
+    def plan_step(self, dec: DecodeInstance) -> bool:
+        """At a step boundary of ``dec``: plan a chunk for the next step and
+        schedule that single step (True), or leave ``dec`` to its closed-form
+        batch (False)."""
+        return False
+
+    def step_done(self, dec: DecodeInstance, steps: int) -> None:
+        """``dec`` completed ``steps`` steps; a planned chunk was part of the first."""
 
 
 class DecodeInstance:
@@ -130,9 +154,8 @@ class DecodeInstance:
         #: Memory lent as prefix cache (BASIN); decode allocations reclaim it first.
         self.lending: LentMemory | None = None
         #: What the decode router compares, shared by the engine's decode
-        #: instances (see DecodeRoom); ``room_stale``: listed there for a refresh.
+        #: instances (see DecodeRoom).
         self.room = room if room is not None else DecodeRoom(index + 1)
-        self.room_stale = False
         self.profile = profile
         self.costs = DecodeCosts(profile)
         self.itl_slo_s = itl_slo_s
@@ -163,7 +186,7 @@ class DecodeInstance:
         self.wake_timer = loop.add_timer(self._on_wake)
         #: Prefill borrowing (basin.sim.borrow): the lease of this instance,
         #: and the extra time of the next step for a borrowed prefill chunk.
-        self.borrower: PrefillBorrower | None = None
+        self.borrower: Lease | None = None
         self.step_extra_s = 0.0
         self.held_by_prefill: Callable[[int, int], bool] = lambda uid, tokens: False
         self.room_changed()
@@ -176,18 +199,16 @@ class DecodeInstance:
         """List this instance for a refresh of its entrant in the router's
         view: at every entry point that may change its free memory or its
         waiting count (an instance listed needlessly costs only the refresh)."""
-        if not self.room_stale:
-            self.room_stale = True
-            self.room.stale.append(self)
+        self.room.mark(self.index)
 
     def lend(self, config: LendingConfig) -> LentMemory:
         """Start lending this instance's free memory as prefix cache."""
-        self.lending = LentMemory(self.capacity, config, self.room_changed)
+        self.lending = LentMemory(self.capacity, config, self.room.mark, self.index)
         self.room_changed()
         return self.lending
 
     def request_memory(self, req: Request) -> None:
-        req.decode = self
+        req.decode = self.index
         self.room_changed()
         heappush(self.wait, Queued(self._sort_key(req), req))
         self.waiting += 1
@@ -236,7 +257,7 @@ class DecodeInstance:
                     if need > self.capacity:
                         raise RequestNeverFits(
                             "LIVE-DECODE-FITS",
-                            f"decode {self.index}: session {req.session.uid} call {req.call_index} "
+                            f"decode {self.index}: session {req.session} call {req.call_index} "
                             f"needs {need} KV tokens ({req.prompt} prompt + {req.generated} generated "
                             f"+ {self.reserve_out} reserved), more than the instance's {self.capacity}")
                     break
@@ -326,7 +347,7 @@ class DecodeInstance:
         # Stale heads would wake the batch (or stop a borrowed chunk) early.
         self._drop_stale(self.finish_heap)
         self._drop_stale(self.cross_heap)
-        if self.borrower is not None and self.borrower.plan_step():
+        if self.borrower is not None and self.borrower.plan_step(self):
             return  # one mixed step with a borrowed prefill chunk
         if not self.batch:
             self.wake_steps = 0
@@ -354,7 +375,7 @@ class DecodeInstance:
             self.ctx_sum += b * m
             self.used += self.n_growing * m
             if self.borrower is not None:
-                self.borrower.step_done(m)
+                self.borrower.step_done(self, m)
         self.epoch_t = now
         finished: list[Request] = []
         heap = self.finish_heap
@@ -381,7 +402,6 @@ class DecodeInstance:
         self.room_changed()  # again: the borrower's step may have had the view read
         for req in finished:
             req.finished_s = now
-            req.session.decode_steps += req.decode_steps
             self.on_finished(req)
         if finished:
             self.admit_waiting()
@@ -408,7 +428,6 @@ class DecodeInstance:
         req.reserved = 0
         violations = self.cum_viol - req.viol_at_join
         req.itl_violations += violations
-        req.session.itl_violations += violations
 
     def _retract_youngest(self) -> None:
         # Ordered queues: the request whose session has the largest priority
@@ -449,12 +468,13 @@ class DecodeInstance:
         require(ctx == self.ctx_sum, "BATCH", f"context sum {self.ctx_sum} != {ctx}")
         require(self.waiting == len(self.wait), "ROUTER-LOAD",
                 f"decode {self.index}: {self.waiting} counted waiting, {len(self.wait)} in the wait heap")
-        listed = any(d is self for d in self.room.stale)
-        require(listed == self.room_stale, "ROUTER-ROOM",
-                f"decode {self.index}: {'' if listed else 'not '}listed stale, flagged {self.room_stale}")
+        listed = self.room.stale.count(self.index)
+        flagged = self.room.flagged[self.index]
+        require(listed == int(flagged), "ROUTER-ROOM",
+                f"decode {self.index}: listed stale {listed} times, flagged {flagged}")
         self.room.tournament.check()
         posted = self.room.room_of(self.index)
-        require(self.room_stale or posted == self.free_tokens - self.waiting, "ROUTER-ROOM",
+        require(flagged or posted == self.free_tokens - self.waiting, "ROUTER-ROOM",
                 f"decode {self.index}: room {posted} posted and not stale, "
                 f"{self.free_tokens} free less {self.waiting} waiting")
         require(growing == self.n_growing, "BATCH", f"{self.n_growing} growing counted, {growing} flagged")
@@ -462,12 +482,12 @@ class DecodeInstance:
         for due in self.finish_heap:
             req = due.req
             if self._live(req, due.stay):
-                require(req not in ends, "STAY", f"session {req.session.uid}: two live finish entries")
+                require(req not in ends, "STAY", f"session {req.session}: two live finish entries")
                 ends[req] = due.step
         for req in self.batch:
             end = req.join_step + req.decode_steps - req.generated
             require(ends.get(req) == end and end >= self.step, "STAY",
-                    f"session {req.session.uid}: finish entry {ends.get(req)}, expected {end} (step {self.step})")
+                    f"session {req.session}: finish entry {ends.get(req)}, expected {end} (step {self.step})")
         if reserved_idle is not None:
             require(reserved_idle == self.reserved_idle, "RESERVE-BALANCE",
                     f"{self.reserved_idle} idle reservations counted, {reserved_idle} held by requests")

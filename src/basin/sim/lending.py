@@ -35,12 +35,13 @@ class LentMemory:
     """The units one decode instance holds, in least-recently-used order."""
 
     def __init__(self, capacity_tokens: int, config: LendingConfig,
-                 on_change: Callable[[], None] | None = None):
+                 on_change: Callable[[int], None] | None = None, index: int = 0):
         self.capacity = capacity_tokens
         self.config = config
-        #: Told after every change of ``lent`` (its decode instance lists
-        #: itself for a refresh of the router's view, DecodeRoom).
+        #: Told ``index`` after every change of ``lent`` (the router's view of
+        #: decode room marks the instance for a refresh, DecodeRoom.mark).
         self.on_change = on_change
+        self.index = index
         self.units: OrderedDict[int, int] = OrderedDict()  # session uid -> tokens
         self.lent = 0
         self.adopted = 0
@@ -61,7 +62,7 @@ class LentMemory:
 
     def _changed(self) -> None:
         if self.on_change is not None:
-            self.on_change()
+            self.on_change(self.index)
 
     def adopt(self, uid: int, tokens: int, free_beyond_demand: int) -> bool:
         """Keep a session's prompt as a unit if the headroom rules allow."""

@@ -27,7 +27,7 @@ from basin.sim.cache import MatchResult, RadixCache
 from basin.sim.costs import PrefillCosts
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.invariants import InvariantViolation, RequestNeverFits, require
-from basin.sim.sessions import Queued, Request, queue_key
+from basin.sim.requests import Queued, Request, queue_key
 
 
 class LowerTier(Protocol):
@@ -65,7 +65,6 @@ class PrefillInstance:
         self.step_overhead_s: float = profile.step_overhead_s
         self.load_tokens_per_s: float = profile.load_tokens_per_s
         self.lock_queued_prefix: bool = profile.lock_queued_prefix
-        self._end_step_handler: Callable[[list[tuple[Request, int]]], None] = self._end_step
         self.loop = loop
         self.on_done = on_done
         self.busy = False
@@ -85,11 +84,11 @@ class PrefillInstance:
         if req.prompt > self.cache.device_capacity:
             raise RequestNeverFits(
                 "LIVE-PREFILL-FITS",
-                f"prefill {self.index}: a prompt of {req.prompt} tokens (session {req.session.uid}, "
+                f"prefill {self.index}: a prompt of {req.prompt} tokens (session {req.session}, "
                 f"call {req.call_index}) exceeds the {self.cache.device_capacity}-token pool")
-        req.prefill = self
+        req.prefill = self.index
         if self.lock_queued_prefix:
-            m = self.cache.match(req.key, self.loop.now, req.session.cursor_on(self.cache), req.prompt)
+            m = self.cache.match(req.key, self.loop.now, req.route.cursor_on(self.cache), req.prompt)
             self.cache.lock(m)
             req.match = m
         heappush(self.queue, Queued(self._sort_key(req), req))
@@ -150,11 +149,11 @@ class PrefillInstance:
         cache = self.cache
         m = req.match
         if m is None:
-            m = cache.match(req.key, now, req.session.cursor_on(cache), req.prompt)
+            m = cache.match(req.key, now, req.route.cursor_on(cache), req.prompt)
             cache.lock(m)
             req.match = m
         elif _host_part_loaded(m):
-            fresh = cache.match(req.key, now, req.session.cursor_on(cache), req.prompt)
+            fresh = cache.match(req.key, now, req.route.cursor_on(cache), req.prompt)
             cache.lock(fresh)
             cache.unlock(m)
             req.match = m = fresh
@@ -166,7 +165,7 @@ class PrefillInstance:
             # A tier outside this instance (decode-lent memory) may hold more
             # of the prompt than the local match; its extra tokens are copied
             # into the pool like computed ones, at the tier's transfer cost.
-            covered = min(tier.covered_tokens(req.session.uid, req.prompt), req.prompt - 1)
+            covered = min(tier.covered_tokens(req.session, req.prompt), req.prompt - 1)
             extra = covered - cached - host - fetched
             if extra > 0:
                 fetches.append((tier, extra))
@@ -192,7 +191,7 @@ class PrefillInstance:
                     "MATCH-FRESH", f"prefill {self.index}: loaded {loaded} of a {m.host_tokens}-token host match")
         fetch_s = 0.0
         for tier, extra in fetches:
-            fetch_s = max(fetch_s, tier.fetch(req.session.uid, extra, now))
+            fetch_s = max(fetch_s, tier.fetch(req.session, extra, now))
         req.cached = cached
         req.loaded = host + fetched
         req.uncached = uncached
@@ -240,7 +239,7 @@ class PrefillInstance:
             cost += costs.tokens_cost_s(take, req.position)
         step_s = self.step_overhead_s + max(cost, load_s)
         self.busy = True
-        self.loop.at(now + step_s, ENGINE, self._end_step_handler, plan)
+        self.loop.at(now + step_s, ENGINE, self._end_step, plan)
 
     def _end_step(self, plan: list[tuple[Request, int]]) -> None:
         now = self.loop.now
@@ -285,7 +284,7 @@ class PrefillInstance:
         if need > self.cache.device_capacity:
             raise RequestNeverFits(
                 "LIVE-PREFILL-FITS",
-                f"prefill {self.index}: session {req.session.uid} call {req.call_index} needs "
+                f"prefill {self.index}: session {req.session} call {req.call_index} needs "
                 f"{need} pool tokens ({self.blocked_tokens} to allocate beside its locked prefix), "
                 f"more than the {self.cache.device_capacity}-token pool")
 
@@ -296,9 +295,9 @@ class PrefillInstance:
         if m is None:
             return
         cursor = self.cache.insert(req.key, now, req.alloc, m, req.prompt)
-        session = req.session
-        if session.key is req.key:
-            session.keep_cursor(self.cache, cursor)
+        route = req.route
+        if route.key is req.key:
+            route.keep_cursor(self.cache, cursor)
         self.cache.unlock(m)
         req.match = None
         req.alloc = 0
