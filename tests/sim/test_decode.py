@@ -202,7 +202,7 @@ def test_the_room_the_router_reads_is_current_whenever_it_reads():
     def current(req) -> None:
         dec.check()
         room = dec.room.current([dec])[dec.index]
-        assert room == dec.free_tokens - dec.waiting and not dec.room.flagged[dec.index]
+        assert room == dec.free_tokens - dec.waiting and not dec.room_stale and not dec.room.moved
         seen.append(room)
 
     reserved, finished = bench._reserved, bench._finished
@@ -210,7 +210,7 @@ def test_the_room_the_router_reads_is_current_whenever_it_reads():
     dec.on_finished = lambda r: (current(r), finished(r))
     units = dec.lend(LendingConfig(cap_fraction=0.5))
     assert units.adopt(99, 300, dec.free_beyond_demand())
-    assert dec.room.flagged[dec.index] and dec.room.current([dec]) == [2000 - 300]
+    assert dec.room.moved and dec.room.current([dec]) == [2000 - 300]
     bench.submit(a, b)
     c = request(3, 1200, output=10)  # waits, then reclaims the unit when it fits
     dec.request_memory(c)
@@ -228,7 +228,7 @@ def test_the_room_the_router_reads_is_current_whenever_it_reads():
     entrant.key -= 1
     dec.room.tournament.moved(entrant)
     dec.check()
-    dec.room.flagged[dec.index] = True  # flagged but not listed
+    dec.room_stale = True  # flagged but not listed
     with pytest.raises(InvariantViolation, match="ROUTER-ROOM"):
         dec.check()
 

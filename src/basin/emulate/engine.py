@@ -27,10 +27,13 @@ from dataclasses import dataclass
 
 from basin.catalog import Deployment, HardwareProfile
 from basin.emulate.calls import ChatCall, RequestError, affinity_uid
-from basin.sim.cluster import HIT_WINDOW_CALLS, Cluster, DecodeFigures, PDTopology, PrefillFigures
+from basin.sim.cluster import Cluster, DecodeFigures, PDTopology, PrefillFigures
 from basin.sim.requests import Piece, Request
 
 __all__ = ["HIT_WINDOW_CALLS", "DecodeFigures", "EmulatedCall", "EmulatedEngine", "LendingState", "PrefillFigures"]
+
+#: Calls per prefill instance behind its ``cache_hit_rate`` gauge.
+HIT_WINDOW_CALLS = 64
 
 
 class EmulatedCall:
@@ -87,7 +90,8 @@ class EmulatedEngine:
         self.deployment = deployment
         self.cluster = Cluster(hardware, PDTopology.of(deployment, hardware), on_first_token=self._first_token,
                                on_finished=self._finished,
-                               reserve_at_prefill_completion=reserve_at_prefill_completion)
+                               reserve_at_prefill_completion=reserve_at_prefill_completion,
+                               hit_window_calls=HIT_WINDOW_CALLS)
         # The engine runs with priority scheduling on: equal priorities keep arrival order.
         self.cluster.set_ordered(True)
         self._calls: dict[int, EmulatedCall] = {}

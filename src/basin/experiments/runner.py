@@ -407,7 +407,7 @@ def _simulate(scenario: Scenario, system: str, params: dict[str, object], policy
         reserve_at_prefill_completion=scenario.engine.reserve_at_prefill_completion,
         seed=scenario.seed,
     )
-    result = Simulator(config, policy).run(progress)  # its state is freed as it goes (Simulator.run)
+    result = Simulator(config, policy).run(progress)  # the simulator is freed here, by reference counting
     trigger = scenario.trigger_min
     summary = summarize_run(
         result.calls, result.sessions, result.timeseries,

@@ -47,9 +47,6 @@ from basin.sim.prefill import PrefillInstance
 from basin.sim.requests import Piece, Request, Route
 from basin.sim.router import choose_decode, choose_prefill
 
-#: Calls per prefill instance behind its recent hit rate (:class:`PrefillFigures`).
-HIT_WINDOW_CALLS = 64
-
 
 @dataclass(frozen=True, slots=True)
 class PDTopology:
@@ -81,7 +78,8 @@ class PrefillFigures:
     host_tokens: int
     prompt_tokens_total: int
     cached_tokens_total: int
-    #: Cached share of the prompt tokens of its last :data:`HIT_WINDOW_CALLS` calls (0 before any).
+    #: Cached share of the prompt tokens of its last calls (the core's
+    #: ``hit_window_calls``; 0 before any, or when none are kept).
     recent_hit_rate: float
 
 
@@ -106,19 +104,18 @@ def _stopped(*_: object) -> NoReturn:
     raise RuntimeError("the engine was stopped: its run is over")
 
 
-def _holds_nothing(uid: int, tokens: int) -> bool:
-    return False
-
-
 class Cluster:
     """The engine core of one deployment (see the module's docstring)."""
 
     def __init__(self, hardware: HardwareProfile, topology: PDTopology, *,
                  on_first_token: Callable[[Request], None], on_finished: Callable[[Request], None],
-                 borrowing: Mapping[str, Any] | None = None, reserve_at_prefill_completion: bool = False):
+                 borrowing: Mapping[str, Any] | None = None, reserve_at_prefill_completion: bool = False,
+                 hit_window_calls: int = 0):
         """``borrowing``: decode instances run prefill chunks under an ITL
         lease (Crossflow; its parameters, :class:`basin.sim.borrow.BorrowConfig`),
-        wired in now or never."""
+        wired in now or never. ``hit_window_calls``: keep each prefill
+        instance's last calls for :attr:`PrefillFigures.recent_hit_rate` (0:
+        none kept, the rate reads 0)."""
         self.hardware = hardware
         self.topology = topology
         self.loop = EventLoop()
@@ -135,9 +132,11 @@ class Cluster:
             for i in range(topology.prefill_instances)
         ]
         self.decode_room = DecodeRoom(topology.decode_instances)
+        # A finish goes straight to the owner until lending is wired in
+        # (wire_lending puts the core's own handler in between).
         self.decodes = [
             DecodeInstance(i, hardware.decode, hardware.itl_slo_s, self.loop, self._decode_reserved,
-                           self._call_finished, self.decode_room)
+                           on_finished, self.decode_room)
             for i in range(topology.decode_instances)
         ]
         self.borrowing: Borrowing | None = None
@@ -158,16 +157,17 @@ class Cluster:
         # fields held as the core's own.
         self._transfer_s: float = hardware.transfer_s
         self._router: str = topology.router
+        #: Bound once (see PrefillInstance); let go by :meth:`stop`.
+        self._transferred_handler: Callable[[Request], None] = self._transferred
         #: Cumulative prompt tokens prefilled, by how they were served (a
         #: recorder takes differences; PrefillFigures reads them per instance).
         self.prompt_tokens_total = 0
         self.cached_tokens_total = 0
         self.loaded_tokens_total = 0
         self.uncached_tokens_total = 0
-        self._prompt = [0] * topology.prefill_instances
-        self._cached = [0] * topology.prefill_instances
-        self._recent: list[deque[tuple[int, int]]] = [deque(maxlen=HIT_WINDOW_CALLS) for _ in self.prefills]
-        self._in_transfer = [0] * topology.decode_instances
+        #: Each prefill instance's last calls (prompt, cache hits), when kept.
+        self._recent: list[deque[tuple[int, int]]] = (
+            [deque(maxlen=hit_window_calls) for _ in self.prefills] if hit_window_calls > 0 else [])
 
     # ------------------------------------------------------------------ time
     @property
@@ -189,13 +189,12 @@ class Cluster:
         callbacks. The state stays readable; any further call raises."""
         self.loop.discard_pending()
         for p in self.prefills:
-            p.on_done = _stopped
+            p.detach(_stopped)
         for d in self.decodes:
-            d.on_reserved = _stopped
-            d.on_finished = _stopped
-            d.held_by_prefill = _holds_nothing
+            d.detach(_stopped)
         self.on_first_token = _stopped
         self.on_finished = _stopped
+        self._transferred_handler = _stopped
 
     # ----------------------------------------------------------------- calls
     def submit(self, session: int, key: list[Piece], prompt_tokens: int, new_tokens: int, output_tokens: int,
@@ -263,9 +262,8 @@ class Cluster:
 
     # ============================================================ call path
     def _decode_reserved(self, req: Request) -> None:
-        decode = self.decodes[req.decode]
         if req.cancelled:
-            decode.release_reservation(req)
+            self.decodes[req.decode].release_reservation(req)
             return
         if not math.isnan(req.prefill_end_s):
             # Prefill already done (reservation at completion, or a retracted
@@ -277,15 +275,16 @@ class Cluster:
                 self.borrowing.queued(req)
 
     def _prefill_done(self, req: Request) -> None:
-        i = req.prefill
-        cached = req.cached + req.loaded
+        hit = req.cached + req.loaded
         self.prompt_tokens_total += req.prompt
         self.cached_tokens_total += req.cached
         self.loaded_tokens_total += req.loaded
         self.uncached_tokens_total += req.uncached
-        self._prompt[i] += req.prompt
-        self._cached[i] += cached
-        self._recent[i].append((req.prompt, cached))
+        prefill = self.prefills[req.prefill]
+        prefill.prompt_tokens_total += req.prompt
+        prefill.hit_tokens_total += hit
+        if self._recent:
+            self._recent[req.prefill].append((req.prompt, hit))
         if not req.reserved:
             # Issued while decode memory is reserved at prefill completion
             # (the mode may have changed since).
@@ -294,21 +293,22 @@ class Cluster:
             self._transfer(req)
 
     def _transfer(self, req: Request) -> None:
-        self._in_transfer[req.decode] += 1
-        self.loop.at(self.loop.now + self._transfer_s, ENGINE, self._transferred, req)
+        self.decodes[req.decode].transfers_in += 1
+        self.loop.at(self.loop.now + self._transfer_s, ENGINE, self._transferred_handler, req)
 
     def _transferred(self, req: Request) -> None:
-        self._in_transfer[req.decode] -= 1
+        decode = self.decodes[req.decode]
+        decode.transfers_in -= 1
         now = self.loop.now
         if math.isnan(req.first_token_s):
             req.first_token_s = now
             self.prefills[req.prefill].release(req, now)
             self.on_first_token(req)
-        self.decodes[req.decode].join(req)
+        decode.join(req)
 
-    def _call_finished(self, req: Request) -> None:
-        if self.lent_tier is not None:
-            self._lend(req)
+    def _lent_finish(self, req: Request) -> None:
+        """A finish while lending is wired in: the prompt may be lent first."""
+        self._lend(req)
         self.on_finished(req)
 
     # -------------------------------------------------------------- lending
@@ -323,6 +323,7 @@ class Cluster:
         for d in self.decodes:
             memories.append(d.lend(config))
             d.held_by_prefill = self._prefill_holds
+            d.on_finished = self._lent_finish
         self.lent_tier = LentTier(memories, config)
         for p in self.prefills:
             p.lower_tiers.append(self.lent_tier)
@@ -435,14 +436,14 @@ class Cluster:
         out = []
         for p in self.prefills:
             c = p.cache
-            recent = self._recent[p.index]
+            recent = self._recent[p.index] if self._recent else ()
             asked = sum(n for n, _ in recent)
             out.append(PrefillFigures(
                 index=p.index, queue_requests=len(p.queue), running_requests=len(p.running),
                 pool_tokens=c.device_capacity,
                 pool_used_fraction=min(1.0, (c.device_used + c.inflight) / c.device_capacity),
-                host_tokens=c.host_capacity, prompt_tokens_total=self._prompt[p.index],
-                cached_tokens_total=self._cached[p.index],
+                host_tokens=c.host_capacity, prompt_tokens_total=p.prompt_tokens_total,
+                cached_tokens_total=p.hit_tokens_total,
                 recent_hit_rate=sum(k for _, k in recent) / asked if asked else 0.0))
         return out
 
@@ -451,7 +452,7 @@ class Cluster:
             DecodeFigures(
                 index=d.index, running_requests=len(d.batch), joining_requests=len(d.pending),
                 memory_wait_requests=d.live_waiting(),
-                transfer_requests=self._in_transfer[d.index], kv_tokens=d.capacity,
+                transfer_requests=d.transfers_in, kv_tokens=d.capacity,
                 kv_used_fraction=min(1.0, d.used / d.capacity), lent_tokens=d.lent)
             for d in self.decodes
         ]

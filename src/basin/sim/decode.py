@@ -72,10 +72,10 @@ class DecodeRoom:
     most room wins, the lowest index on a tie), so that the router reads
     the winner rather than every instance (on a large deployment each
     instance it read was a cache miss). An instance whose figures may have
-    changed is marked stale (by index: the room refers to no instance), and
+    changed lists its index as stale (the room refers to no instance), and
     its entrant is updated only when the router next reads (ROUTER-ROOM)."""
 
-    __slots__ = ("entrants", "tournament", "stale", "flagged")
+    __slots__ = ("entrants", "tournament", "stale", "moved")
 
     def __init__(self, instances: int) -> None:
         self.tournament = Tournament()
@@ -83,15 +83,15 @@ class DecodeRoom:
         self.entrants = [Entrant(0.0, index) for index in range(instances)]
         for entrant in self.entrants:
             self.tournament.add(entrant)
-        #: Indices of the instances marked stale, each once (``flagged``).
+        #: Instances that listed themselves (each once: its ``room_stale`` flag).
         self.stale: list[int] = []
-        self.flagged = [False] * instances
+        #: Instances whose lent memory changed (:meth:`lent_changed`; possibly repeated).
+        self.moved: list[int] = []
 
-    def mark(self, index: int) -> None:
-        """Instance ``index``'s room may have changed: refresh it at the next read."""
-        if not self.flagged[index]:
-            self.flagged[index] = True
-            self.stale.append(index)
+    def lent_changed(self, index: int) -> None:
+        """Instance ``index``'s lent memory changed (told by its LentMemory,
+        which holds no instance): refresh it at the next read."""
+        self.moved.append(index)
 
     def best(self, instances: list[DecodeInstance]) -> int:
         """The index of the instance with the most room, the stale ones
@@ -100,14 +100,21 @@ class DecodeRoom:
         if stale:
             entrants = self.entrants
             tournament = self.tournament
-            flagged = self.flagged
             for i in stale:
                 d = instances[i]
                 entrant = entrants[i]
                 entrant.key = float(d.waiting - d.free_tokens)
                 tournament.moved(entrant)
-                flagged[i] = False
+                d.room_stale = False
             stale.clear()
+        moved = self.moved
+        if moved:
+            for i in moved:
+                d = instances[i]
+                entrant = self.entrants[i]
+                entrant.key = float(d.waiting - d.free_tokens)
+                self.tournament.moved(entrant)
+            moved.clear()
         return self.tournament.root.winner.tie
 
     def current(self, instances: list[DecodeInstance]) -> list[int]:
@@ -118,6 +125,11 @@ class DecodeRoom:
     def room_of(self, index: int) -> int:
         """The room posted for instance ``index`` (stale if it is listed)."""
         return -int(self.entrants[index].key)
+
+
+def _holds_nothing(uid: int, tokens: int) -> bool:
+    """No prefill cache holds a lent unit (an instance that lends nothing)."""
+    return False
 
 
 class Lease:
@@ -154,8 +166,9 @@ class DecodeInstance:
         #: Memory lent as prefix cache (BASIN); decode allocations reclaim it first.
         self.lending: LentMemory | None = None
         #: What the decode router compares, shared by the engine's decode
-        #: instances (see DecodeRoom).
+        #: instances (see DecodeRoom); ``room_stale``: listed there for a refresh.
         self.room = room if room is not None else DecodeRoom(index + 1)
+        self.room_stale = False
         self.profile = profile
         self.costs = DecodeCosts(profile)
         self.itl_slo_s = itl_slo_s
@@ -188,8 +201,16 @@ class DecodeInstance:
         #: and the extra time of the next step for a borrowed prefill chunk.
         self.borrower: Lease | None = None
         self.step_extra_s = 0.0
-        self.held_by_prefill: Callable[[int, int], bool] = lambda uid, tokens: False
+        self.held_by_prefill: Callable[[int, int], bool] = _holds_nothing
+        #: Requests whose KV is on its way here (the engine counts them).
+        self.transfers_in = 0
         self.room_changed()
+
+    def detach(self, handler: Callable[..., None]) -> None:
+        """Let go of the owner's handlers (``handler`` replaces both): the end of a run."""
+        self.on_reserved = handler
+        self.on_finished = handler
+        self.held_by_prefill = _holds_nothing
 
     # ------------------------------------------------------------ reservation
     def _sort_key(self, req: Request) -> float:
@@ -199,11 +220,13 @@ class DecodeInstance:
         """List this instance for a refresh of its entrant in the router's
         view: at every entry point that may change its free memory or its
         waiting count (an instance listed needlessly costs only the refresh)."""
-        self.room.mark(self.index)
+        if not self.room_stale:
+            self.room_stale = True
+            self.room.stale.append(self.index)
 
     def lend(self, config: LendingConfig) -> LentMemory:
         """Start lending this instance's free memory as prefix cache."""
-        self.lending = LentMemory(self.capacity, config, self.room.mark, self.index)
+        self.lending = LentMemory(self.capacity, config, self.room.lent_changed, self.index)
         self.room_changed()
         return self.lending
 
@@ -469,12 +492,12 @@ class DecodeInstance:
         require(self.waiting == len(self.wait), "ROUTER-LOAD",
                 f"decode {self.index}: {self.waiting} counted waiting, {len(self.wait)} in the wait heap")
         listed = self.room.stale.count(self.index)
-        flagged = self.room.flagged[self.index]
-        require(listed == int(flagged), "ROUTER-ROOM",
-                f"decode {self.index}: listed stale {listed} times, flagged {flagged}")
+        require(listed == int(self.room_stale), "ROUTER-ROOM",
+                f"decode {self.index}: listed stale {listed} times, flagged {self.room_stale}")
         self.room.tournament.check()
         posted = self.room.room_of(self.index)
-        require(flagged or posted == self.free_tokens - self.waiting, "ROUTER-ROOM",
+        current = self.room_stale or self.index in self.room.moved or posted == self.free_tokens - self.waiting
+        require(current, "ROUTER-ROOM",
                 f"decode {self.index}: room {posted} posted and not stale, "
                 f"{self.free_tokens} free less {self.waiting} waiting")
         require(growing == self.n_growing, "BATCH", f"{self.n_growing} growing counted, {growing} flagged")

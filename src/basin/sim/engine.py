@@ -25,7 +25,7 @@ import gc
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NoReturn
 
 import numpy as np
 
@@ -92,6 +92,10 @@ class RunResult:
     borrow_stats: dict[str, int] = field(default_factory=dict)
 
 
+def _ended(*_: object) -> NoReturn:
+    raise RuntimeError("the run is over")
+
+
 class Simulator:
     def __init__(self, config: SimConfig, policy: Policy,
                  on_sample: Callable[[Simulator, int], None] | None = None):
@@ -115,6 +119,9 @@ class Simulator:
         self.active: set[SessionState] = set()
         self.active_by_tag: Counter[str] = Counter()
         self._references: dict[tuple[int, int], float] = {}
+        #: Bound once (compiled, a bound method made per call costs more than
+        #: the call's bookkeeping); let go when the run ends.
+        self._issue_handler: Callable[[SessionState], None] = self._issue
 
     @property
     def policy(self) -> Policy:
@@ -153,6 +160,7 @@ class Simulator:
         finally:
             self.cluster.stop()
             self.driver.detach()
+            self._issue_handler = _ended
             gc.freeze()
             if collecting:
                 gc.enable()
@@ -268,11 +276,12 @@ class Simulator:
         k = s.next_call
         key = s.advance_key(k)
         call = s.calls[k]
+        # Each field of the (interpreted) record read once: compiled, a read is a generic lookup.
+        prompt, new, output = call.prompt_tokens, call.new_tokens, call.output_tokens
         # The policy hears of the call first, so its key can reflect the moment.
-        prio = self.driver.call_issued(s.uid, call.prompt_tokens, now)
-        s.context_tokens = call.prompt_tokens
-        req = self.cluster.submit(s.uid, key, call.prompt_tokens, call.new_tokens, call.output_tokens, prio,
-                                  route=s.route, call_index=k)
+        prio = self.driver.call_issued(s.uid, prompt, now)
+        s.context_tokens = prompt
+        req = self.cluster.submit(s.uid, key, prompt, new, output, prio, route=s.route, call_index=k)
         if first:
             req.issued_s = s.arrival_s
         req.last = k + 1 >= len(s.calls)
@@ -299,7 +308,7 @@ class Simulator:
         if pin_s > 0:
             self._pin(s, req, pin_s)
         gap = s.calls[req.call_index].tool_gap_s
-        self.loop.at(now + gap, CLIENT, self._issue, s)
+        self.loop.at(now + gap, CLIENT, self._issue_handler, s)
 
     def _end_session(self, s: SessionState, completed: bool) -> None:
         now = self.loop.now

@@ -65,6 +65,9 @@ class PrefillInstance:
         self.step_overhead_s: float = profile.step_overhead_s
         self.load_tokens_per_s: float = profile.load_tokens_per_s
         self.lock_queued_prefix: bool = profile.lock_queued_prefix
+        #: Bound once (compiled, a bound method made per step costs more than
+        #: the step's bookkeeping); let go by :meth:`detach`.
+        self._end_step_handler: Callable[[list[tuple[Request, int]]], None] = self._end_step
         self.loop = loop
         self.on_done = on_done
         self.busy = False
@@ -74,6 +77,17 @@ class PrefillInstance:
         self.blocked_tokens = 0
         #: Cache tiers outside the instance, consulted after the local match.
         self.lower_tiers: list[LowerTier] = []
+        #: Prompt tokens prefilled here so far, and those of them served from
+        #: a cache (device, host or lent); the engine counts them.
+        self.prompt_tokens_total = 0
+        self.hit_tokens_total = 0
+
+    def detach(self, on_done: Callable[..., None]) -> None:
+        """Let go of the owner's handler (``on_done`` replaces it) and of the
+        handler bound to itself: the end of a run, after which nothing may
+        be due here."""
+        self.on_done = on_done
+        self._end_step_handler = on_done
 
     # ----------------------------------------------------------------- queue
     def enqueue(self, req: Request) -> None:
@@ -239,7 +253,7 @@ class PrefillInstance:
             cost += costs.tokens_cost_s(take, req.position)
         step_s = self.step_overhead_s + max(cost, load_s)
         self.busy = True
-        self.loop.at(now + step_s, ENGINE, self._end_step, plan)
+        self.loop.at(now + step_s, ENGINE, self._end_step_handler, plan)
 
     def _end_step(self, plan: list[tuple[Request, int]]) -> None:
         now = self.loop.now
