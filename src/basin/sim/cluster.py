@@ -22,8 +22,10 @@ References point one way. A request names its session by an int and its
 instances by index; instances report to the core through the handlers it
 gave them; the core reports to its owner through the two callbacks; nothing
 refers to the owner otherwise. :meth:`Cluster.stop` (the end of a run) drops
-the pending work and lets go of those handlers, and what is left holds no
-cycle that outlives it: a finished run is freed by reference counting.
+the pending work and lets go of those handlers (and of the ones each object
+bound to itself once, to save a bound method per event); what is left holds
+no cycle but the loop's few timers: a finished run is freed by reference
+counting.
 """
 
 from __future__ import annotations
@@ -203,17 +205,17 @@ class Cluster:
         and token counts; ``priority`` orders it in ordered queues (lower
         first). ``route`` is what the engine keeps of the session between
         calls (a fresh one when not given: the call is on its own)."""
-        if route is None:
-            route = Route(session)
-        route.take_key(key)
+        r = route if route is not None else Route(session)
+        r.take_key(key)
         self._seq += 1
-        req = Request(session, route, call_index, key, self._seq, self.loop.now, prompt_tokens, new_tokens,
+        req = Request(session, r, call_index, key, self._seq, self.loop.now, prompt_tokens, new_tokens,
                       output_tokens)
         req.prio = priority
         prefill = choose_prefill(self._router, self.prefills, self.prefill_loads, req)
-        route.last_prefill = prefill.index
-        route.placed_on |= 1 << prefill.index
-        req.prefill = prefill.index
+        index = prefill.index
+        r.last_prefill = index
+        r.placed_on |= 1 << index
+        req.prefill = index
         decode = choose_decode(self.decode_room, self.decodes)
         req.decode = decode.index
         if self.reserve_at_completion:
@@ -268,7 +270,8 @@ class Cluster:
         if not math.isnan(req.prefill_end_s):
             # Prefill already done (reservation at completion, or a retracted
             # request resuming): transfer its KV now.
-            self._transfer(req)
+            self.decodes[req.decode].transfers_in += 1
+            self.loop.at(self.loop.now + self._transfer_s, ENGINE, self._transferred_handler, req)
         else:
             self.prefills[req.prefill].enqueue(req)
             if self.borrowing is not None:
@@ -285,16 +288,15 @@ class Cluster:
         prefill.hit_tokens_total += hit
         if self._recent:
             self._recent[req.prefill].append((req.prompt, hit))
+        decode = self.decodes[req.decode]
         if not req.reserved:
             # Issued while decode memory is reserved at prefill completion
             # (the mode may have changed since).
-            self.decodes[req.decode].request_memory(req)
+            decode.request_memory(req)
         else:
-            self._transfer(req)
-
-    def _transfer(self, req: Request) -> None:
-        self.decodes[req.decode].transfers_in += 1
-        self.loop.at(self.loop.now + self._transfer_s, ENGINE, self._transferred_handler, req)
+            # Its KV goes to decode (the PD transfer, a fixed charge).
+            decode.transfers_in += 1
+            self.loop.at(self.loop.now + self._transfer_s, ENGINE, self._transferred_handler, req)
 
     def _transferred(self, req: Request) -> None:
         decode = self.decodes[req.decode]

@@ -108,7 +108,7 @@ class Simulator:
         self.recorder = Recorder()
         needs = policy.needs
         borrowing = needs.decode_prefill_borrowing
-        self.cluster = Cluster(hw, PDTopology.of(config.deployment, hw), on_first_token=self._first_token,
+        self.cluster = Cluster(hw, PDTopology.of(config.deployment, hw), on_first_token=self.recorder.first_token,
                                on_finished=self._call_finished,
                                borrowing=dataclasses.asdict(borrowing) if borrowing is not None else None)
         self.loop = self.cluster.loop
@@ -286,9 +286,6 @@ class Simulator:
             req.issued_s = s.arrival_s
         req.last = k + 1 >= len(s.calls)
         s.inflight = req
-
-    def _first_token(self, req: Request) -> None:
-        self.recorder.first_token(req)
 
     def _call_finished(self, req: Request) -> None:
         now = self.loop.now
