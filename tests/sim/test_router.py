@@ -117,7 +117,7 @@ def _decode(index: int, room: DecodeRoom) -> DecodeInstance:
 def test_decode_goes_to_the_most_free_memory_net_of_waiting_requests():
     room = DecodeRoom(3)
     decs = [_decode(i, room) for i in range(3)]
-    assert room.current(decs) == [10_000] * 3  # each instance is listed as it is made
+    assert room.current() == [10_000] * 3  # each instance is listed as it is made
     assert choose_decode(room, decs) is decs[0]  # all equal: lowest index
     for d, used in zip(decs, (4000, 1000, 999), strict=True):
         d.used = used
@@ -127,7 +127,7 @@ def test_decode_goes_to_the_most_free_memory_net_of_waiting_requests():
     decs[2].waiting = 2
     decs[2].room_changed()
     assert choose_decode(room, decs) is decs[1]
-    assert room.current(decs) == [6000, 9000, 8999] and not room.stale
+    assert room.current() == [6000, 9000, 8999] and not room.stale
     one = DecodeRoom(1)
     assert choose_decode(one, [_decode(0, one)]).index == 0
 

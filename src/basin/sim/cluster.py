@@ -190,6 +190,7 @@ class Cluster:
         instances let go of the core's handlers and the core of its owner's
         callbacks. The state stays readable; any further call raises."""
         self.loop.discard_pending()
+        self.decode_room.best()  # its stale list emptied: the room keeps no instance
         for p in self.prefills:
             p.detach(_stopped)
         for d in self.decodes:

@@ -72,10 +72,12 @@ class DecodeRoom:
     most room wins, the lowest index on a tie), so that the router reads
     the winner rather than every instance (on a large deployment each
     instance it read was a cache miss). An instance whose figures may have
-    changed lists its index as stale (the room refers to no instance), and
-    its entrant is updated only when the router next reads (ROUTER-ROOM)."""
+    changed lists itself as stale, and its entrant is updated only when the
+    router next reads (ROUTER-ROOM). A read empties the list (the engine
+    reads once more when it stops, :meth:`basin.sim.cluster.Cluster.stop`,
+    so that the room keeps no instance after a run)."""
 
-    __slots__ = ("entrants", "tournament", "stale", "moved")
+    __slots__ = ("entrants", "tournament", "stale")
 
     def __init__(self, instances: int) -> None:
         self.tournament = Tournament()
@@ -83,43 +85,25 @@ class DecodeRoom:
         self.entrants = [Entrant(0.0, index) for index in range(instances)]
         for entrant in self.entrants:
             self.tournament.add(entrant)
-        #: Instances that listed themselves (each once: its ``room_stale`` flag).
-        self.stale: list[int] = []
-        #: Instances whose lent memory changed (:meth:`lent_changed`; possibly repeated).
-        self.moved: list[int] = []
+        self.stale: list[DecodeInstance] = []
 
-    def lent_changed(self, index: int) -> None:
-        """Instance ``index``'s lent memory changed (told by its LentMemory,
-        which holds no instance): refresh it at the next read."""
-        self.moved.append(index)
-
-    def best(self, instances: list[DecodeInstance]) -> int:
-        """The index of the instance with the most room, the stale ones
-        refreshed (``instances[i]`` is entrant ``i``)."""
+    def best(self) -> int:
+        """The index of the instance with the most room, the stale ones refreshed."""
         stale = self.stale
         if stale:
             entrants = self.entrants
             tournament = self.tournament
-            for i in stale:
-                d = instances[i]
-                entrant = entrants[i]
+            for d in stale:
+                entrant = entrants[d.index]
                 entrant.key = float(d.waiting - d.free_tokens)
                 tournament.moved(entrant)
                 d.room_stale = False
             stale.clear()
-        moved = self.moved
-        if moved:
-            for i in moved:
-                d = instances[i]
-                entrant = self.entrants[i]
-                entrant.key = float(d.waiting - d.free_tokens)
-                self.tournament.moved(entrant)
-            moved.clear()
         return self.tournament.root.winner.tie
 
-    def current(self, instances: list[DecodeInstance]) -> list[int]:
+    def current(self) -> list[int]:
         """Every instance's room, the stale ones refreshed (for checks and tests)."""
-        self.best(instances)
+        self.best()
         return [self.room_of(index) for index in range(len(self.entrants))]
 
     def room_of(self, index: int) -> int:
@@ -207,10 +191,13 @@ class DecodeInstance:
         self.room_changed()
 
     def detach(self, handler: Callable[..., None]) -> None:
-        """Let go of the owner's handlers (``handler`` replaces both): the end of a run."""
+        """Let go of the owner's handlers (``handler`` replaces both) and of
+        the one its lent memory holds of it: the end of a run."""
         self.on_reserved = handler
         self.on_finished = handler
         self.held_by_prefill = _holds_nothing
+        if self.lending is not None:
+            self.lending.on_change = None
 
     # ------------------------------------------------------------ reservation
     def _sort_key(self, req: Request) -> float:
@@ -222,11 +209,11 @@ class DecodeInstance:
         waiting count (an instance listed needlessly costs only the refresh)."""
         if not self.room_stale:
             self.room_stale = True
-            self.room.stale.append(self.index)
+            self.room.stale.append(self)
 
     def lend(self, config: LendingConfig) -> LentMemory:
         """Start lending this instance's free memory as prefix cache."""
-        self.lending = LentMemory(self.capacity, config, self.room.lent_changed, self.index)
+        self.lending = LentMemory(self.capacity, config, self.room_changed)
         self.room_changed()
         return self.lending
 
@@ -491,13 +478,12 @@ class DecodeInstance:
         require(ctx == self.ctx_sum, "BATCH", f"context sum {self.ctx_sum} != {ctx}")
         require(self.waiting == len(self.wait), "ROUTER-LOAD",
                 f"decode {self.index}: {self.waiting} counted waiting, {len(self.wait)} in the wait heap")
-        listed = self.room.stale.count(self.index)
-        require(listed == int(self.room_stale), "ROUTER-ROOM",
-                f"decode {self.index}: listed stale {listed} times, flagged {self.room_stale}")
+        listed = any(d is self for d in self.room.stale)
+        require(listed == self.room_stale, "ROUTER-ROOM",
+                f"decode {self.index}: {'' if listed else 'not '}listed stale, flagged {self.room_stale}")
         self.room.tournament.check()
         posted = self.room.room_of(self.index)
-        current = self.room_stale or self.index in self.room.moved or posted == self.free_tokens - self.waiting
-        require(current, "ROUTER-ROOM",
+        require(self.room_stale or posted == self.free_tokens - self.waiting, "ROUTER-ROOM",
                 f"decode {self.index}: room {posted} posted and not stale, "
                 f"{self.free_tokens} free less {self.waiting} waiting")
         require(growing == self.n_growing, "BATCH", f"{self.n_growing} growing counted, {growing} flagged")

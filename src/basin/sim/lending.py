@@ -35,13 +35,12 @@ class LentMemory:
     """The units one decode instance holds, in least-recently-used order."""
 
     def __init__(self, capacity_tokens: int, config: LendingConfig,
-                 on_change: Callable[[int], None] | None = None, index: int = 0):
+                 on_change: Callable[[], None] | None = None):
         self.capacity = capacity_tokens
         self.config = config
-        #: Told ``index`` after every change of ``lent`` (the router's view of
-        #: decode room marks the instance for a refresh, DecodeRoom.mark).
+        #: Told after every change of ``lent`` (its decode instance lists
+        #: itself for a refresh of the router's view, DecodeRoom).
         self.on_change = on_change
-        self.index = index
         self.units: OrderedDict[int, int] = OrderedDict()  # session uid -> tokens
         self.lent = 0
         self.adopted = 0
@@ -62,7 +61,7 @@ class LentMemory:
 
     def _changed(self) -> None:
         if self.on_change is not None:
-            self.on_change(self.index)
+            self.on_change()
 
     def adopt(self, uid: int, tokens: int, free_beyond_demand: int) -> bool:
         """Keep a session's prompt as a unit if the headroom rules allow."""

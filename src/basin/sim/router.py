@@ -112,4 +112,4 @@ def choose_decode(room: DecodeRoom, instances: list[DecodeInstance]) -> DecodeIn
     """The instance with the most free memory beyond what waits for it, the
     lowest index on a tie. ``room`` is the instances' view of it, entrant
     ``i`` for ``instances[i]``."""
-    return instances[room.best(instances)]
+    return instances[room.best()]
