@@ -162,7 +162,7 @@ class Cluster:
         #: Bound once (see PrefillInstance); let go by :meth:`stop`.
         self._transferred_handler: Callable[[Request], None] = self._transferred
         #: Cumulative prompt tokens prefilled, by how they were served (a
-        #: recorder takes differences; PrefillFigures reads them per instance).
+        #: recorder takes differences; each instance keeps its own as well).
         self.prompt_tokens_total = 0
         self.cached_tokens_total = 0
         self.loaded_tokens_total = 0
