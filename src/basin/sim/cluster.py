@@ -161,6 +161,7 @@ class Cluster:
         self._router: str = topology.router
         #: Bound once (see PrefillInstance); let go by :meth:`stop`.
         self._transferred_handler: Callable[[Request], None] = self._transferred
+        self._prefill_holds_handler: Callable[[int, int], bool] = self._prefill_holds
         #: Cumulative prompt tokens prefilled, by how they were served (a
         #: recorder takes differences; each instance keeps its own as well).
         self.prompt_tokens_total = 0
@@ -198,6 +199,7 @@ class Cluster:
         self.on_first_token = _stopped
         self.on_finished = _stopped
         self._transferred_handler = _stopped
+        self._prefill_holds_handler = _stopped
 
     # ----------------------------------------------------------------- calls
     def submit(self, session: int, key: list[Piece], prompt_tokens: int, new_tokens: int, output_tokens: int,
@@ -325,7 +327,7 @@ class Cluster:
         memories: list[LentMemory] = []
         for d in self.decodes:
             memories.append(d.lend(config))
-            d.held_by_prefill = self._prefill_holds
+            d.held_by_prefill = self._prefill_holds_handler
             d.on_finished = self._lent_finish
         self.lent_tier = LentTier(memories, config)
         for p in self.prefills:
@@ -341,7 +343,7 @@ class Cluster:
         if not on:
             for d in self.decodes:
                 if d.lending is not None:
-                    d.lending.maintain(d.free_beyond_demand(), self._prefill_holds)
+                    d.lending.maintain(d.free_beyond_demand(), self._prefill_holds_handler)
 
     def set_lend_cap(self, cap_fraction: float) -> None:
         """Replace the cap of lent memory (phi), now and for later units."""
@@ -371,7 +373,7 @@ class Cluster:
         else:
             tier.forget(uid)
             self._unit_routes.pop(uid, None)
-        d.lending.maintain(d.free_beyond_demand(), self._prefill_holds)
+        d.lending.maintain(d.free_beyond_demand(), self._prefill_holds_handler)
         if len(self._unit_routes) >= self._sweep_at:
             # Units reclaimed under memory pressure leave their entries behind: sweep them.
             for gone in [u for u in self._unit_routes if not tier.covered_tokens(u, 0)]:
