@@ -29,10 +29,10 @@ def cost_per_call_us(deployment: str, units: int, duration_min: float) -> tuple[
                  "surge.factor=1.0", f"arrivals.base_per_min={rate}", f"workload.sessions={4000 * units}"]
     scenario = load_scenario("surge-1p3d", overrides)
     # Every case starts from a collected heap (not timed), so that none pays
-    # for garbage an earlier one left: before run_scenario disposed of its
-    # simulator (Simulator.dispose), a run's state was cyclic garbage that no
-    # collection reached while runs went on, and each later case ran up to a
-    # third slower than in a fresh process.
+    # for garbage an earlier one left: before a finished run was freed by
+    # reference counting (Simulator.run), its state was cyclic garbage that
+    # no collection reached while runs went on, and each later case ran up
+    # to a third slower than in a fresh process.
     gc.collect()
     start = time.process_time()
     run = run_scenario(scenario, "hicache")

@@ -10,7 +10,7 @@ from basin.policy.basin import BasinParams, BasinPolicy, BasinPriorPolicy, Cliff
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
 from basin.sim.lending import LendingConfig
-from basin.sim.sessions import Request, SessionState
+from basin.sim.sessions import SessionState
 from basin.workload.records import Call, Session
 
 GPU = 1_000_000
@@ -166,14 +166,14 @@ def test_lent_memory_never_takes_what_a_decode_allocation_needs():
     loop = EventLoop()
     reserved: list[int] = []
     dec = DecodeInstance(0, hw.decode.model_copy(update={"kv_tokens": 100_000}), 0.05, loop,
-                         lambda r: reserved.append(r.session.uid), lambda r: None)
+                         lambda r: reserved.append(r.session), lambda r: None)
     dec.lend(LendingConfig(cap_fraction=0.5))
     assert dec.lending is not None and dec.lending.adopt(7, 40_000, dec.free_beyond_demand())
     assert dec.lending.adopt(8, 40_000, dec.free_beyond_demand()) is False  # over the cap
     assert dec.lending.adopt(8, 9_000, dec.free_beyond_demand())
     session = Session("x", (Call(80_000, 80_000, 10),))
     s = SessionState(1, session, "base", 0.0, 0, None)
-    req = Request(s, 0, [], 1, 0.0)
+    req = s.request(0, [], 1, 0.0)
     dec.request_memory(req)  # needs 80.5K: the units give way
     assert reserved == [1]
     assert dec.used + dec.lent <= dec.capacity

@@ -12,7 +12,7 @@ from basin.policy.params import PolicyParamError
 from basin.policy.registry import policy_class
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
-from basin.sim.sessions import Request, SessionState
+from basin.sim.sessions import SessionState
 from basin.workload.records import Call, Session
 from policy_helpers import info, signals
 
@@ -235,7 +235,7 @@ def _decode_with(prompts_prios: list[tuple[int, float]], kv_tokens: int, ordered
     reqs = []
     for uid, (prompt, prio) in enumerate(prompts_prios):
         s = SessionState(uid, session, "base", 0.0, 0, None)
-        r = Request(s, 0, [], uid + 1, 0.0)
+        r = s.request(0, [], uid + 1, 0.0)
         r.prompt, r.output, r.decode_steps = prompt, 5000, 4999
         r.prio = prio
         dec.request_memory(r)

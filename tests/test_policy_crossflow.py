@@ -16,7 +16,8 @@ from basin.sim.cache import RadixCache
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
 from basin.sim.prefill import PrefillInstance
-from basin.sim.sessions import Request, SessionState
+from basin.sim.requests import Request
+from basin.sim.sessions import SessionState
 from basin.workload.records import Call, Session
 from test_sim_engine import CheckedSimulator, config, make_arrivals, make_sessions
 
@@ -26,7 +27,7 @@ HW = load_hardware("h200")
 def _borrower(**kw) -> PrefillBorrower:
     loop = EventLoop()
     dec = DecodeInstance(0, HW.decode, HW.itl_slo_s, loop, lambda r: None, lambda r: None)
-    return PrefillBorrower(dec, HW.prefill, BorrowConfig(itl_slo_s=HW.itl_slo_s, **kw), loop)
+    return PrefillBorrower(dec, HW.prefill, BorrowConfig(itl_slo_s=HW.itl_slo_s, **kw), loop, [])
 
 
 def test_policy_declares_the_mechanism_and_its_parameters():
@@ -98,12 +99,13 @@ class _Bench:
         self.pre = PrefillInstance(0, HW.prefill, RadixCache(10**7), self.loop, self._prefilled)
         self.dec = DecodeInstance(0, HW.decode, HW.itl_slo_s, self.loop, self._reserved,
                                   lambda r: None)
-        self.borrowing = attach_borrowing([self.dec], HW.prefill, HW.itl_slo_s, self.loop, {"margin": slo_margin})
+        self.borrowing = attach_borrowing([self.dec], [self.pre], HW.prefill, HW.itl_slo_s, self.loop,
+                                          {"margin": slo_margin})
         self.reqs = []
         for uid, prompt in enumerate(prompts):
             session = Session(f"s{uid}", (Call(prompt, prompt, 400),))
             s = SessionState(uid, session, "base", 0.0, 0, None)
-            self.reqs.append(Request(s, 0, s.prompt_key(0), uid + 1, 0.0))
+            self.reqs.append(s.request(0, s.prompt_key(0), uid + 1, 0.0))
 
     def _reserved(self, req: Request) -> None:
         self.pre.enqueue(req)
@@ -156,7 +158,7 @@ def test_engine_run_with_borrowing_keeps_the_invariants():
     calls = result.calls
     assert np.all(calls["cached_tokens"] + calls["loaded_tokens"] + calls["uncached_tokens"] == calls["prompt_tokens"])
     assert np.all(calls["prefill_start_s"] < calls["first_token_s"])
-    stats = sim.borrowing.stats()
+    stats = sim.cluster.borrowing.stats()
     assert stats["tokens"] > 0 and stats["completed"] > 0
     assert stats["tokens"] <= calls["uncached_tokens"].sum() + 10**6  # (calls in flight at the end)
     with pytest.raises(ValueError):

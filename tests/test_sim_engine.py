@@ -16,7 +16,8 @@ from basin.sim.decode import DecodeInstance
 from basin.sim.engine import Intervention, SimConfig, Simulator
 from basin.sim.events import EventLoop
 from basin.sim.prefill import PrefillInstance
-from basin.sim.sessions import Request, SessionState, shared_pieces
+from basin.sim.requests import Request, shared_pieces
+from basin.sim.sessions import SessionState
 from basin.workload.arrivals import SessionArrival
 from basin.workload.records import Call, Session
 
@@ -57,9 +58,9 @@ def config(arrivals, duration_s=1800.0, deployment="1p1d-h100", **kw) -> SimConf
 
 def check_invariants(sim: Simulator, minute: int) -> None:
     """The engine's invariants, checked after every minute of simulated time."""
-    for p in sim.prefills:
+    for p in sim.cluster.prefills:
         p.cache.check()  # CAP-DEVICE, CAP-HOST, TREE
-    for d in sim.decodes:
+    for d in sim.cluster.decodes:
         assert 0 <= d.used <= d.capacity, "decode memory over capacity"
         assert d.reserved_idle >= 0
     assert sim.driver.working_set_tokens == sum(s.context_tokens for s in sim.active), "working set drift"
@@ -146,13 +147,13 @@ def test_priority_order_is_held_in_the_prefill_queue():
     loop = EventLoop()
     hw = load_hardware("h100-nvl")
     started: list[int] = []
-    inst = PrefillInstance(0, hw.prefill, RadixCache(10**6), loop, lambda r: started.append(r.session.uid))
+    inst = PrefillInstance(0, hw.prefill, RadixCache(10**6), loop, lambda r: started.append(r.session))
     inst.set_ordered(True)
     session = make_sessions(1, seed=9)[0]
     reqs = []
     for uid in range(6):
         s = SessionState(uid, session, "base", 0.0, 0, None)
-        r = Request(s, 0, s.prompt_key(0), uid, 0.0)
+        r = s.request(0, s.prompt_key(0), uid, 0.0)
         r.prio = [5.0, 1.0, 4.0, 2.0, 3.0, 0.5][uid]
         reqs.append(r)
     for r in reqs:
@@ -169,16 +170,16 @@ def test_priority_order_is_held_in_the_decode_memory_queue():
     hw = load_hardware("h100-nvl")
     reserved: list[int] = []
     dec = DecodeInstance(0, hw.decode.model_copy(update={"kv_tokens": 15_000}), 0.05, loop,
-                         lambda r: reserved.append(r.session.uid), lambda r: None)
+                         lambda r: reserved.append(r.session), lambda r: None)
     session = Session("x", (Call(9000, 9000, 10),))
     blocker_state = SessionState(100, session, "base", 0.0, 0, None)
-    blocker = Request(blocker_state, 0, [], 0, 0.0)
+    blocker = blocker_state.request(0, [], 0, 0.0)
     dec.request_memory(blocker)  # takes most of the memory
     dec.set_ordered(True)
     reqs = []
     for uid, prio in enumerate([3.0, 1.0, 2.0]):
         s = SessionState(uid, session, "base", 0.0, 0, None)
-        r = Request(s, 0, [], uid + 1, 0.0)
+        r = s.request(0, [], uid + 1, 0.0)
         r.prio = prio
         reqs.append(r)
         dec.request_memory(r)
@@ -210,13 +211,13 @@ def test_closed_form_decode_matches_step_by_step_reference():
     loop = EventLoop()
     finished: dict[int, float] = {}
     dec = DecodeInstance(0, hw.decode, hw.itl_slo_s, loop, lambda r: None,
-                         lambda r: finished.__setitem__(r.session.uid, loop.now))
+                         lambda r: finished.__setitem__(r.session, loop.now))
     prompts = [1000, 30_000, 5000, 80_000, 200]
     outputs = [50, 300, 1, 120, 700]
     session = Session("x", (Call(100, 100, 10),))
     for uid, (pr, out) in enumerate(zip(prompts, outputs)):
         s = SessionState(uid, session, "base", 0.0, 0, None)
-        r = Request(s, 0, [], uid, 0.0)
+        r = s.request(0, [], uid, 0.0)
         r.prompt, r.output, r.decode_steps = pr, out, max(out - 1, 0)
         dec.request_memory(r)
         dec.join(r)
@@ -275,13 +276,13 @@ def test_a_lower_tier_supplies_what_the_local_cache_lost():
     inst.lower_tiers.append(tier)
     session = Session("x", (Call(3000, 3000, 10, 1.0), Call(3500, 490, 10)))
     s = SessionState(0, session, "base", 0.0, 0, None)
-    first = Request(s, 0, s.prompt_key(0), 1, 0.0)
+    first = s.request(0, s.prompt_key(0), 1, 0.0)
     inst.enqueue(first)
     loop.run(10.0)
     inst.release(first, loop.now)
     tier.last_prompt[0] = 3000
     s.key = first.key
-    second = Request(s, 1, s.prompt_key(1), 2, loop.now)
+    second = s.request(1, s.prompt_key(1), 2, loop.now)
     inst.enqueue(second)
     loop.run(20.0)
     assert second in done
@@ -365,8 +366,8 @@ def test_a_session_own_chunks_hit_only_where_it_was_placed():
             if not s.key or not math.isnan(s.finished_s):
                 continue
             assert shared_pieces(s.key) == 1  # the workload's system prefix
-            for p in sim.prefills:
-                if not s.placed_on >> p.index & 1:
+            for p in sim.cluster.prefills:
+                if not s.route.placed_on >> p.index & 1:
                     assert p.cache.peek(s.key) == p.cache.peek(s.key, None, 1) <= 1000, (s.uid, p.index)
                     checked[0] += 1
 
@@ -374,8 +375,8 @@ def test_a_session_own_chunks_hit_only_where_it_was_placed():
                            deployment="4P12D-h200"), HiCachePolicy(), on_sample=own_chunks_stay_home)
     sim.run()
     assert checked[0] > 100
-    assert len({p.index for p in sim.prefills}) == 4
-    assert any(bin(s.placed_on).count("1") > 1 for s in sim.sessions)  # some sessions moved
+    assert len({p.index for p in sim.cluster.prefills}) == 4
+    assert any(bin(s.route.placed_on).count("1") > 1 for s in sim.sessions)  # some sessions moved
 
 
 def test_run_scenario_gives_back_the_garbage_collector_as_it_found_it():
@@ -401,22 +402,26 @@ def test_run_scenario_gives_back_the_garbage_collector_as_it_found_it():
         gc.set_threshold(*before)
 
 
-def test_a_disposed_run_leaves_almost_nothing_for_the_collector():
-    # Simulator.dispose unlinks what a run built and what refers back to the
-    # simulator, so that reference counting frees the lot, its configuration
-    # and arrivals included, when the simulator goes; a collection afterwards
-    # finds only a few objects (each instance and the handler it holds of itself).
+@pytest.mark.parametrize("system", ["hicache", "basin", "continuum", "crossflow"])
+def test_a_finished_run_is_freed_by_reference_counting(system):
+    # References in a run point one way (requests name their session and
+    # instances by number, the instances report to the engine core, the
+    # core to the simulator through two callbacks; the run's end stops the
+    # core and detaches the driver), so when the simulator goes, reference
+    # counting frees all it built, its configuration and arrivals included:
+    # a collection afterwards finds only a few objects of fixed number (the
+    # loop's timers and the tournaments' nodes, which link to each other).
     import gc
     from collections import Counter
 
     sessions = make_sessions(40, seed=5)
 
-    def garbage(dispose: bool) -> Counter[str]:
+    def garbage(drop: bool) -> Counter[str]:
         gc.collect()
-        sim = Simulator(config(make_arrivals(sessions, 8.0, 1200.0, seed=6), duration_s=1200.0), HiCachePolicy())
+        sim = Simulator(config(make_arrivals(sessions, 8.0, 1200.0, seed=6), duration_s=1200.0),
+                        policy_class(system)())
         result = sim.run()
-        if dispose:
-            sim.dispose()
+        kept = [] if drop else [sim]
         del sim
         gc.set_debug(gc.DEBUG_SAVEALL)
         try:
@@ -426,19 +431,22 @@ def test_a_disposed_run_leaves_almost_nothing_for_the_collector():
             gc.set_debug(0)
             gc.garbage.clear()
             assert len(result.calls["session_uid"]) > 100  # the result outlives its simulator
+            kept.clear()
 
-    kept, disposed = garbage(False), garbage(True)
-    assert kept["_Node"] > 100 and kept["SessionState"] > 10 and kept["Simulator"] == 1, kept
-    state = ("Simulator", "SimConfig", "SessionArrival", "_Candidate", "Request", "SessionState", "KeyCursor")
-    assert not any(disposed[t] for t in state), disposed
-    assert disposed["_Node"] <= 1, disposed  # the one cache's empty root, held by its instance's own cycle
-    assert sum(disposed.values()) < 100, disposed
+    assert sum(garbage(False).values()) < 100  # a simulator still held holds all it built
+    freed = garbage(True)
+    state = ("Simulator", "SimConfig", "SessionArrival", "Cluster", "PrefillInstance", "DecodeInstance",
+             "RadixCache", "_Node", "_Candidate", "Request", "Route", "SessionState", "KeyCursor", "MatchResult")
+    assert not any(freed[t] for t in state), freed
+    assert sum(freed.values()) < 100, freed
 
 
-def test_a_disposed_simulator_refuses_to_go_on():
+def test_a_finished_simulator_refuses_to_go_on():
     sim = Simulator(config(make_arrivals(make_sessions(5, seed=5), 6.0, 120.0, seed=6), duration_s=120.0),
                     HiCachePolicy())
     sim.run()
-    sim.dispose()
     with pytest.raises(RuntimeError, match="detached"):
         sim.driver.host.admitted(1)
+    with pytest.raises(RuntimeError, match="stopped"):
+        sim.cluster.decodes[0].on_finished(sim.sessions[0].request(0, [], 1, 0.0))
+    assert sim.loop.pending == 0

@@ -101,8 +101,8 @@ def test_a_call_withdrawn_before_its_prefill_frees_everything():
     assert busy.started and not e.withdraw(busy)  # a running call runs to its end
     drain(e)
     assert busy.finished and not queued.finished and e.calls_in_flight == 0
-    assert all(p.cache.lock_handles == 0 and p.cache.inflight == 0 for p in e.prefills)
-    assert all(d.used == 0 for d in e.decodes)
+    assert all(p.cache.lock_handles == 0 and p.cache.inflight == 0 for p in e.cluster.prefills)
+    assert all(d.used == 0 for d in e.cluster.decodes)
 
 
 def test_calls_no_instance_could_hold_are_refused_naming_the_field():

@@ -29,7 +29,8 @@ def test_lending_keeps_a_prompt_for_the_sessions_next_call():
     second = e.submit(call(NEXT), 0.0, e.now + 5.0)
     drain(e)
     # The prefill cache matches whole pages; the lent unit covers the rest of the last prompt.
-    assert second.cached_tokens == 30_000 and e.lent_tier is not None and e.lent_tier.fetched_tokens == 48
+    tier = e.cluster.lent_tier
+    assert second.cached_tokens == 30_000 and tier is not None and tier.fetched_tokens == 48
     assert e.lent_tokens == 32_000  # the unit now holds the session's latest prompt
     plain = engine()
     plain.submit(call(PROMPT), 0.0, 0.0)
@@ -38,7 +39,7 @@ def test_lending_keeps_a_prompt_for_the_sessions_next_call():
     drain(plain)
     page = plain.hardware.page_tokens
     assert again.cached_tokens == 30_000 - 30_000 % page
-    assert plain.lent_tier is None and plain.lent_tokens == 0  # never switched on: not even wired in
+    assert plain.cluster.lent_tier is None and plain.lent_tokens == 0  # never switched on: not even wired in
 
 
 def test_switching_off_adopts_no_more_units():
@@ -88,7 +89,7 @@ def test_the_endpoint_switches_the_engines_lending():
                 state = await r.json()
             assert state == {"on": True, "cap_fraction": 0.5, "lent_tokens": 0,
                              "decode_kv_tokens": 3 * emu.engine.hardware.decode.kv_tokens}
-            assert emu.engine.lending_on and emu.engine.lent_tier is not None
+            assert emu.engine.lending_on and emu.engine.cluster.lent_tier is not None
             async with client.post(emu.url + "/emulator/lending", json={"on": False, "cap_fraction": 0.25}) as r:
                 assert (await r.json())["on"] is False and emu.engine.lend_cap_fraction == 0.25
             assert not emu.engine.lending_on
@@ -113,7 +114,7 @@ def test_a_bad_body_is_a_400_naming_the_field(body, field):
             assert err["param"] == field and f"field '{field}'" in err["message"]
             async with client.post(emu.url + "/emulator/lending", data=b"{on: yes") as r:
                 assert r.status == 400 and (await r.json())["error"]["param"] == "(body)"
-            assert not emu.engine.lending_on and emu.engine.lent_tier is None
+            assert not emu.engine.lending_on and emu.engine.cluster.lent_tier is None
     run(go())
 
 

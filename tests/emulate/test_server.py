@@ -230,7 +230,7 @@ def test_a_call_whose_client_leaves_before_its_prefill_is_withdrawn():
             assert emu.engine.calls_in_flight == 1  # only the busy call is left in the model
             await busy
             assert emu.engine.calls_in_flight == 0
-            assert all(p.cache.lock_handles == 0 for p in emu.engine.prefills)
+            assert all(p.cache.lock_handles == 0 for p in emu.engine.cluster.prefills)
     run(go())
 
 

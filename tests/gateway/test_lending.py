@@ -299,7 +299,7 @@ def test_without_a_lending_url_the_emulator_is_never_switched():
                 assert gateway.gate.lender is None
                 await _call(client, gateway.url, TASK)
                 await asyncio.sleep(0.3)
-                assert emu.engine.lent_tier is None
+                assert emu.engine.cluster.lent_tier is None
                 assert gateway.gate.signals(gateway.clock()).lent_cache_tokens == 0
                 async with client.get(gateway.url + "/metrics") as r:
                     assert "basin_gateway_lending" not in await r.text()

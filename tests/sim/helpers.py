@@ -6,7 +6,8 @@ from basin.catalog import load_hardware
 from basin.sim.cache import RadixCache
 from basin.sim.events import EventLoop
 from basin.sim.prefill import PrefillInstance
-from basin.sim.sessions import Request, SessionState
+from basin.sim.requests import Request
+from basin.sim.sessions import SessionState
 from basin.workload.records import Call, Session
 
 HW = load_hardware("h200")
@@ -17,8 +18,7 @@ def request(uid: int, prompt: int, output: int = 10, seq: int | None = None, key
     unless given."""
     session = Session(f"s{uid}", (Call(prompt, prompt, output),))
     state = SessionState(uid, session, "base", 0.0, 0, None)
-    return Request(state, 0, list(key) if key is not None else state.prompt_key(0),
-                   uid if seq is None else seq, 0.0)
+    return state.request(0, list(key) if key is not None else state.prompt_key(0), uid if seq is None else seq, 0.0)
 
 
 def prefill(index: int, cache_tokens: int = 1 << 20, loop: EventLoop | None = None,

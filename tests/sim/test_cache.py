@@ -427,3 +427,25 @@ def test_random_interleavings_keep_locks_balanced_and_the_pool_reclaimable(ops, 
     cache._evict_host(10**9)
     assert cache.host_used == 0 and not list(cache.nodes())
     cache.check(lock_handles=0)
+
+
+def test_with_host_room_to_spare_every_device_node_is_backed_up():
+    """INCLUSIVE: under write-through, a device node is on the host tier too
+    when the host has room, through evictions, load-backs and splits."""
+    import random
+
+    cache = RadixCache(4096, host_tokens=1 << 20, page_tokens=64)
+    rng = random.Random(1)
+    for i in range(200):
+        key = [(("g", i % 3), 256), (i % 17, rng.randrange(64, 1500))]
+        m = cache.match(key, float(i))
+        cache.lock(m)
+        loaded = cache.load_back(m) if m.host_tokens else 0
+        uncached = sum(n for _, n in key) - m.device_tokens - loaded
+        if cache.allocate(uncached):
+            cache.insert(key, float(i), uncached, m)
+        cache.unlock(m)
+        cache.check()
+    on_device = [n for n in cache.nodes() if n.on_device]
+    assert len(on_device) > 5 and cache.stats.evicted_device_tokens > 0 and cache.stats.loaded_tokens > 0
+    assert all(n.on_host for n in on_device)

@@ -14,9 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from basin.sim.cache import RadixCache
-from basin.sim.sessions import SessionState
-
-from .helpers import request
+from basin.sim.requests import Route
 
 PAGE = 8
 
@@ -26,11 +24,11 @@ def _world(device_tokens: int, host_ratio: int) -> list[RadixCache]:
             for _ in range(2)]
 
 
-def _session(uid: int) -> SessionState:
-    return request(uid, 100).session
+def _session(uid: int) -> Route:
+    return Route(uid)
 
 
-def _serve(cache: RadixCache, session: SessionState | None, key, now: float) -> tuple[int, int, int, int]:
+def _serve(cache: RadixCache, session: Route | None, key, now: float) -> tuple[int, int, int, int]:
     """One request as the engine drives it (match, lock, load back, allocate,
     insert, unlock); with ``session``, its cursor in ``cache`` starts the walks
     and the insert's cursor is kept. Returns the match's tokens by tier and
@@ -61,7 +59,7 @@ def _serve(cache: RadixCache, session: SessionState | None, key, now: float) -> 
 )
 def test_walks_from_per_cache_cursors_equal_walks_from_the_root(ops, device_tokens, host_ratio):
     resumed, rooted = _world(device_tokens, host_ratio), _world(device_tokens, host_ratio)
-    sessions: dict[int, SessionState] = {}
+    sessions: dict[int, Route] = {}
     keys: dict[int, list] = {}
     for t, (sid, where, tokens, rebuild) in enumerate(ops, start=1):
         session = sessions.setdefault(sid, _session(sid))

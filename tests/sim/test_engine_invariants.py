@@ -61,24 +61,25 @@ class BalanceCheck:
         self.pins_seen = 0
 
     def __call__(self, sim: Simulator, minute: int) -> None:
-        locks = {id(p): 0 for p in sim.prefills}
-        idle = {id(d): 0 for d in sim.decodes}
+        cluster = sim.cluster
+        locks = [0] * len(cluster.prefills)
+        idle = [0] * len(cluster.decodes)
         for s in sim.sessions:
             req = s.inflight
             if req is not None:
                 if req.match is not None:
-                    locks[id(req.prefill)] += 1
-                if req.reserved and req.decode is not None and req not in req.decode.batch \
-                        and req not in req.decode.pending:
-                    idle[id(req.decode)] += 1 * req.reserved
+                    locks[req.prefill] += 1
+                dec = cluster.decodes[req.decode]
+                if req.reserved and req not in dec.batch and req not in dec.pending:
+                    idle[req.decode] += 1 * req.reserved
             if s.pin is not None:
-                locks[id(s.pin_instance)] += 1
+                locks[s.pin_instance] += 1
                 self.pins_seen += 1
-        for p in sim.prefills:
-            p.cache.check(lock_handles=locks[id(p)])
+        for p in cluster.prefills:
+            p.cache.check(lock_handles=locks[p.index])
             p.check()
-        for d in sim.decodes:
-            d.check(reserved_idle=idle[id(d)])
+        for d in cluster.decodes:
+            d.check(reserved_idle=idle[d.index])
 
 
 def _run(cfg: SimConfig, policy) -> tuple[Simulator, dict, BalanceCheck]:
@@ -97,7 +98,7 @@ def test_locks_balance_under_cache_pressure_with_a_host_tier(at_completion):
     cfg = _config("2P3D-h100-nvl", 40, 30.0, 600.0, seed=1, pool_tokens=120_000, kv_tokens=400_000,
                   reserve_at_prefill_completion=at_completion)
     sim, result, _ = _run(cfg, HiCachePolicy())
-    stats = [p.cache.stats for p in sim.prefills]
+    stats = [p.cache.stats for p in sim.cluster.prefills]
     assert sum(s.evicted_device_tokens for s in stats) > 0 and sum(s.loaded_tokens for s in stats) > 0
 
 
@@ -110,10 +111,10 @@ def test_locks_balance_with_ttl_pins_and_ordered_queues():
 def test_locks_balance_when_decode_instances_borrow_prefill():
     cfg = _config("1p2d-h200", 40, 40.0, 600.0, seed=3, pool_tokens=150_000, kv_tokens=600_000)
     sim, _, _ = _run(cfg, CrossflowPolicy())
-    assert sim.borrowing is not None and sim.borrowing.stats()["completed"] > 0
+    assert sim.cluster.borrowing is not None and sim.cluster.borrowing.stats()["completed"] > 0
 
 
 def test_locks_balance_with_decode_memory_lent_as_cache():
     cfg = _config("1p2d-h100", 40, 30.0, 600.0, seed=4, pool_tokens=100_000, kv_tokens=800_000)
     sim, _, _ = _run(cfg, BasinPolicy())
-    assert sim.lent_tier is not None
+    assert sim.cluster.lent_tier is not None

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from basin.sim.cache import RadixCache, _Candidate
 from basin.sim.decode import _Due
 from basin.sim.events import _Event
-from basin.sim.sessions import Queued
+from basin.sim.requests import Queued
 
 from .helpers import request
 

@@ -13,27 +13,26 @@ from basin.sim.recorder import CALL_COLUMNS, Recorder, median
 from basin.sim.sessions import SessionState
 from basin.workload.records import Call, Session
 
-from .helpers import prefill, request
+from .helpers import request
 
 
-def _finished(uid: int, prompt: int, cached: int, loaded: int, t0: float, ttft: float, tag: str = "base"):
+def _finished(uid: int, prompt: int, cached: int, loaded: int, t0: float, ttft: float):
     req = request(uid, prompt, output=30)
-    req.session.tag = tag
     req.issued_s = req.admitted_s = t0
     req.prefill_start_s = t0 + 0.1
     req.first_token_s = t0 + ttft
     req.finished_s = t0 + ttft + 1.0
     req.cached, req.loaded, req.uncached = cached, loaded, prompt - cached - loaded
     req.retractions = uid % 2
-    req.prefill = prefill(uid % 2)
+    req.prefill = uid % 2
     return req
 
 
 def test_calls_table_has_one_typed_row_per_finished_call():
     rec = Recorder()
-    reqs = [_finished(0, 1000, 600, 100, 0.0, 0.5), _finished(1, 2000, 0, 0, 1.0, 0.25, tag="burst")]
-    for i, r in enumerate(reqs):
-        rec.call_done(r, viol=3 * i)
+    reqs = [_finished(0, 1000, 600, 100, 0.0, 0.5), _finished(1, 2000, 0, 0, 1.0, 0.25)]
+    for i, (r, tag) in enumerate(zip(reqs, ["base", "burst"], strict=True)):
+        rec.call_done(r, tag, viol=3 * i)
     t = rec.calls_table()
     assert tuple(t) == CALL_COLUMNS
     assert all(len(col) == 2 for col in t.values())
@@ -65,16 +64,15 @@ def test_timeseries_counts_per_minute_and_fills_missing_tags():
     rec.arrival()
     rec.first_admitted(2.0)
     a = _finished(0, 1000, 600, 100, 0.0, 0.5)
-    rec.prefill_done(a)
     rec.first_token(a)
-    rec.call_done(a, 0)
-    rec.close_minute(0, {"active_sessions": 2, "decode_running": 1}, Counter({"base": 2}))
+    rec.call_done(a, "base", 0)
+    # The engine's cumulative prefill totals (prompt, cached, loaded, computed) at each close.
+    rec.close_minute(0, {"active_sessions": 2, "decode_running": 1}, Counter({"base": 2}), (1000, 600, 100, 300))
     b = _finished(1, 3000, 0, 0, 60.0, 1.5)
-    rec.prefill_done(b)
     rec.first_token(b)
     rec.session_done()
-    rec.close_minute(1, {"active_sessions": 1, "decode_running": 0}, Counter({"burst": 1}))
-    rec.close_minute(2, {"active_sessions": 0, "decode_running": 0}, Counter())
+    rec.close_minute(1, {"active_sessions": 1, "decode_running": 0}, Counter({"burst": 1}), (4000, 600, 100, 3300))
+    rec.close_minute(2, {"active_sessions": 0, "decode_running": 0}, Counter(), (4000, 600, 100, 3300))
     ts = rec.timeseries_table()
     assert ts["minute"].dtype == np.int64 and list(ts["minute"]) == [0, 1, 2]
     assert list(ts["arrivals"]) == [2, 0, 0]
@@ -93,15 +91,15 @@ def test_timeseries_counts_per_minute_and_fills_missing_tags():
 
 def test_recent_hit_rate_spans_the_current_and_the_previous_minute():
     rec = Recorder()
-    assert math.isnan(rec.recent_hit_rate())
-    rec.prefill_done(_finished(0, 1000, 600, 100, 0.0, 0.5))
-    assert rec.recent_hit_rate() == 0.7
-    rec.close_minute(0, {}, Counter())
-    rec.prefill_done(_finished(1, 1000, 0, 0, 60.0, 0.5))
-    assert rec.recent_hit_rate() == 0.35
-    rec.close_minute(1, {}, Counter())
-    rec.close_minute(2, {}, Counter())
-    assert math.isnan(rec.recent_hit_rate())
+    assert math.isnan(rec.recent_hit_rate((0, 0, 0, 0)))
+    first = (1000, 600, 100, 300)  # the engine's cumulative prefill totals
+    assert rec.recent_hit_rate(first) == 0.7
+    rec.close_minute(0, {}, Counter(), first)
+    second = (2000, 600, 100, 1300)
+    assert rec.recent_hit_rate(second) == 0.35
+    rec.close_minute(1, {}, Counter(), second)
+    rec.close_minute(2, {}, Counter(), second)
+    assert math.isnan(rec.recent_hit_rate(second))
 
 
 def test_sessions_table_has_one_row_per_session():

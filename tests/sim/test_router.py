@@ -87,11 +87,11 @@ def test_affinity_sticks_a_session_to_one_instance():
     insts = prefills(3)
     req = request(4, 100)
     assert choose_prefill("affinity", insts, insts[0].loads, req) is insts[1]  # uid 4 mod 3
-    assert req.session.last_prefill == 1
+    assert req.route.last_prefill == 1
     _queue(insts[1], 100)
     _cached(insts[0], req.key)
     assert choose_prefill("affinity", insts, insts[0].loads, req) is insts[1]
-    req.session.last_prefill = 2  # the engine records where the session went
+    req.route.last_prefill = 2  # the engine records where the session went
     assert choose_prefill("affinity", insts, insts[0].loads, req) is insts[2]
 
 
@@ -145,10 +145,10 @@ def _every_instance_walked(instances, req) -> PrefillInstance:
     """Cache-aware routing as first written: every instance's cache is walked
     (the session's own chunks where it was placed, its shared pieces elsewhere),
     then the router's own choice from the matches."""
+    from basin.sim.requests import shared_pieces
     from basin.sim.router import MATCH_THRESHOLD
-    from basin.sim.sessions import shared_pieces
 
-    key, placed, shared = req.key, req.session.placed_on, shared_pieces(req.key)
+    key, placed, shared = req.key, req.route.placed_on, shared_pieces(req.key)
     matches = [i.cache.peek(key) if placed >> i.index & 1 else (i.cache.peek(key, None, shared) if shared else 0)
                for i in instances]
     loads = [len(i.queue) + len(i.running) for i in instances]
@@ -176,7 +176,7 @@ def test_cache_aware_walks_fewer_caches_and_chooses_as_if_it_walked_them_all(dat
             _cached(inst, key[:len(shared) + depth])
         _queue(inst, data.draw(st.integers(0, 3), label=f"queue of {inst.index}"))
     req = request(7, sum(size for _, size in key), key=key)
-    req.session.placed_on = data.draw(st.integers(0, (1 << n) - 1), label="placed on")
+    req.route.placed_on = data.draw(st.integers(0, (1 << n) - 1), label="placed on")
     assert choose_prefill("cache-aware", insts, insts[0].loads, req) is _every_instance_walked(insts, req)
 
 
@@ -191,5 +191,5 @@ def test_an_instance_the_session_never_used_still_wins_a_tie_on_load():
         _cached(inst, shared)
     _queue(insts[0], 2)
     req = request(7, 9216, key=key)
-    req.session.placed_on = 0b01
+    req.route.placed_on = 0b01
     assert choose_prefill("cache-aware", insts, insts[0].loads, req) is insts[1]

@@ -39,8 +39,11 @@ def test_a_key_grows_in_place_on_the_usual_turn_and_is_rebuilt_otherwise(record)
         before_pieces = list(before)
         expected = state.prompt_key(k)
         assert state.key is before and state.key == before_pieces  # prompt_key leaves the session alone
-        state.keep_cursor(cache, KeyCursor(cache, cache.root, 0, 0))
+        route = state.route
+        route.take_key(state.key)
+        route.keep_cursor(cache, KeyCursor(cache, cache.root, 0, 0))
         key = state.advance_key(k)
+        route.take_key(key)  # as the engine does at the call's submission
         assert key is state.key and key == expected
         assert sum(n for _, n in key) == call.prompt_tokens
         assert all(n > 0 for _, n in key)
@@ -49,6 +52,6 @@ def test_a_key_grows_in_place_on_the_usual_turn_and_is_rebuilt_otherwise(record)
             call.prompt_tokens - call.new_tokens == prev.prompt_tokens + prev.output_tokens
         if usual:
             assert key is before and key[:len(before_pieces)] == before_pieces
-            assert state.cursor_on(cache) is not None
+            assert route.cursor_on(cache) is not None
         else:
-            assert key is not before and state.cursor_on(cache) is None
+            assert key is not before and route.cursor_on(cache) is None

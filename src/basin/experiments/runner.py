@@ -35,6 +35,7 @@ from basin.policy.base import Policy
 from basin.policy.params import PolicyParamError
 from basin.policy.registry import policy_class, policy_names
 from basin.sim.engine import Intervention, RunResult, SimConfig, Simulator, switch_refusal
+from basin.sim.streams import BURST_WORKLOAD, builder_seed
 from basin.systems import RunContext, build_options, build_policy, cliff_summary
 from basin.workload.arrivals import (
     BURST,
@@ -289,7 +290,7 @@ def scenario_arrivals(scenario: Scenario, dep: Deployment, workload: Workload | 
     """
     workload = workload if workload is not None else build_workload(scenario.workload, scenario.seed)
     if burst_workload is None and scenario.arrivals.burst_workload is not None:
-        burst_workload = build_workload(scenario.arrivals.burst_workload, scenario.seed + 1)
+        burst_workload = build_workload(scenario.arrivals.burst_workload, builder_seed(scenario.seed, BURST_WORKLOAD))
     duration_s = scenario.duration_min * 60.0
     if not scenario.arrivals.from_workload:
         drawn = draw_arrivals(workload, arrival_schedule(scenario, base_rate_per_min(scenario, dep)), duration_s,
@@ -363,7 +364,8 @@ def run_scenario(scenario: Scenario, system: str | None = None,
     try:
         workload = build_workload(scenario.workload, scenario.seed)
         burst = scenario.arrivals.burst_workload
-        burst_workload = build_workload(burst, scenario.seed + 1) if burst is not None else None
+        burst_seed = builder_seed(scenario.seed, BURST_WORKLOAD)
+        burst_workload = build_workload(burst, burst_seed) if burst is not None else None
         arrivals = scenario_arrivals(scenario, dep, workload, burst_workload)
         if freeze:
             gc.freeze()
@@ -404,9 +406,7 @@ def _simulate(scenario: Scenario, system: str, params: dict[str, object], policy
         reserve_at_prefill_completion=scenario.engine.reserve_at_prefill_completion,
         seed=scenario.seed,
     )
-    sim = Simulator(config, policy)
-    result = sim.run(progress)
-    sim.dispose()  # its state is freed now, not at a full collection (see Simulator.dispose)
+    result = Simulator(config, policy).run(progress)  # the simulator is freed here, by reference counting
     trigger = scenario.trigger_min
     summary = summarize_run(
         result.calls, result.sessions, result.timeseries,

@@ -54,10 +54,11 @@ from typing import Any, Final
 
 from basin.catalog import PrefillProfile
 from basin.sim.costs import PrefillCosts
-from basin.sim.decode import DecodeInstance
+from basin.sim.decode import DecodeInstance, Lease
 from basin.sim.events import EventLoop
 from basin.sim.invariants import InvariantViolation
-from basin.sim.sessions import Queued, Request
+from basin.sim.prefill import PrefillInstance
+from basin.sim.requests import Queued, Request
 
 _INF: Final = math.inf
 
@@ -92,11 +93,15 @@ class BorrowStats:
     revoked: int = 0
 
 
-class PrefillBorrower:
-    """The lease of one decode instance."""
+class PrefillBorrower(Lease):
+    """The lease of one decode instance (attached to it as its
+    ``borrower``; the instance hands itself in at each call). ``prefills``
+    are the engine's prefill instances, ``prefills[i]`` of index ``i``."""
 
-    def __init__(self, decode: DecodeInstance, profile: PrefillProfile, config: BorrowConfig, loop: EventLoop):
-        self.decode = decode
+    def __init__(self, decode: DecodeInstance, profile: PrefillProfile, config: BorrowConfig, loop: EventLoop,
+                 prefills: list[PrefillInstance]):
+        self.index = decode.index
+        self.prefills = prefills
         self.profile = profile
         self.costs = PrefillCosts(profile)
         self.config = config
@@ -126,14 +131,14 @@ class PrefillBorrower:
         k -= k % cfg.granularity_tokens
         return k if k >= cfg.min_chunk_tokens else 0
 
-    def _decode_step_s(self) -> float:
+    @staticmethod
+    def _decode_step_s(dec: DecodeInstance) -> float:
         """Cost of the instance's next decode step without a chunk."""
-        dec = self.decode
         return dec.costs.step_s(len(dec.batch), dec.ctx_sum)
 
     # -------------------------------------------------------- candidates
     def _valid(self, req: Request) -> bool:
-        return (not req.cancelled and math.isnan(req.prefill_start_s) and req.decode is self.decode
+        return (not req.cancelled and math.isnan(req.prefill_start_s) and req.decode == self.index
                 and req.reserved > 0)
 
     def _peek(self) -> Request | None:
@@ -145,15 +150,14 @@ class PrefillBorrower:
             heappop(heap)
         return None
 
-    def queued(self, req: Request) -> None:
-        """A request holding a reservation here is waiting in a prefill queue."""
+    def queued(self, dec: DecodeInstance, req: Request) -> None:
+        """A request holding a reservation on ``dec`` (this lease's instance)
+        is waiting in a prefill queue."""
         if not self._valid(req):
             return
-        assert req.prefill is not None
-        heappush(self.candidates, Queued(req.prefill._sort_key(req), req))
+        heappush(self.candidates, Queued(self.prefills[req.prefill]._sort_key(req), req))
         if self.current is not None or self.chunk:
             return  # the lease in progress takes the next one when it ends
-        dec = self.decode
         now = self.loop.now
         if not dec.batch and dec.wake_t == _INF:
             dec.epoch_t = now
@@ -169,26 +173,23 @@ class PrefillBorrower:
             dec._set_wake(target)
 
     # ------------------------------------------------------------ leases
-    def plan_step(self) -> bool:
+    def plan_step(self, dec: DecodeInstance) -> bool:
         """Called at a step boundary of the decode instance: plan a chunk for
         the next step and schedule that single step (True), or leave the
         instance to its closed-form batch (False)."""
-        dec = self.decode
         dec.step_extra_s = 0.0
         self.chunk = 0
         if dec.batch and dec.finish_heap and dec.finish_heap[0].step <= dec.step:
             return False  # a request completes at this very boundary
-        step_s = self._decode_step_s()
+        step_s = self._decode_step_s(dec)
         batch = len(dec.batch)
         req = self.current
         if req is None:
             req = self._peek()
             if req is None:
                 return False
-            assert req.prefill is not None
-            session = req.session
-            cache = req.prefill.cache
-            cached = cache.peek(req.key, session.cursor_for(req.key, cache))
+            cache = self.prefills[req.prefill].cache
+            cached = cache.peek(req.key, req.route.cursor_for(req.key, cache))
             if self.chunk_tokens(step_s, batch, cached, req.prompt - cached) <= 0:
                 return False
             if not self._start(req):
@@ -209,8 +210,7 @@ class PrefillBorrower:
 
     def _start(self, req: Request) -> bool:
         heappop(self.candidates)
-        pre = req.prefill
-        assert pre is not None
+        pre = self.prefills[req.prefill]
         match = req.match
         if not pre.remove(req):
             return False
@@ -235,18 +235,16 @@ class PrefillBorrower:
         self.current = None
         if req is None:
             return
-        pre = req.prefill
-        assert pre is not None
+        pre = self.prefills[req.prefill]
         self.stats.revoked += 1
         pre.resume(req)
 
-    def step_done(self, steps: int) -> None:
+    def step_done(self, dec: DecodeInstance, steps: int) -> None:
         """The decode instance completed ``steps`` steps; the planned chunk
         (if any) was part of the first."""
         k = self.chunk
         if not k:
             return
-        dec = self.decode
         self.chunk = 0
         dec.step_extra_s = 0.0
         req = self.current
@@ -259,27 +257,28 @@ class PrefillBorrower:
             self.current = None
             self.stats.completed += 1
             req.prefill_end_s = self.loop.now
-            assert req.prefill is not None
-            req.prefill.on_done(req)
+            self.prefills[req.prefill].on_done(req)
 
 
 @dataclass
 class Borrowing:
     """Every decode instance's lease; the engine tells it about queued requests."""
 
+    decodes: list[DecodeInstance]
     borrowers: list[PrefillBorrower] = field(default_factory=list)
 
     def queued(self, req: Request) -> None:
-        dec = req.decode
-        if dec is not None and dec.borrower is not None and math.isnan(req.prefill_start_s):
-            dec.borrower.queued(req)
+        if req.decode >= 0 and math.isnan(req.prefill_start_s):
+            self.borrowers[req.decode].queued(self.decodes[req.decode], req)
 
     def stats(self) -> dict[str, int]:
         names = [f.name for f in dataclasses.fields(BorrowStats)]
         return {name: sum(getattr(b.stats, name) for b in self.borrowers) for name in names}
 
 
-def attach_borrowing(decodes: Sequence[DecodeInstance], profile: PrefillProfile, itl_slo_s: float,
-                     loop: EventLoop, params: Mapping[str, Any] | None = None) -> Borrowing:
+def attach_borrowing(decodes: Sequence[DecodeInstance], prefills: list[PrefillInstance], profile: PrefillProfile,
+                     itl_slo_s: float, loop: EventLoop, params: Mapping[str, Any] | None = None) -> Borrowing:
+    """A lease on each of ``decodes`` (``decodes[i]`` of index ``i``), of
+    prefills from ``prefills``."""
     config = BorrowConfig.from_params(itl_slo_s, params or {})
-    return Borrowing([PrefillBorrower(d, profile, config, loop) for d in decodes])
+    return Borrowing(list(decodes), [PrefillBorrower(d, profile, config, loop, prefills) for d in decodes])

@@ -96,9 +96,6 @@ class _Node:
         #: O(1); DEVICE-CHILDREN checks it).
         self.device_child_count = 0
 
-    def device_children(self) -> bool:
-        return self.device_child_count > 0
-
     def all_children(self) -> list[_Node]:
         kids = list(self.children.values())
         if self.next is not None:
@@ -234,9 +231,6 @@ class RadixCache:
     @property
     def device_free(self) -> int:
         return self.device_capacity - self.device_used - self.inflight
-
-    def page_align(self, n_tokens: int) -> int:
-        return n_tokens - n_tokens % self.page
 
     # ----------------------------------------------------------------- match
     def match(self, key: Key, now: float, cursor: KeyCursor | None = None,
@@ -716,11 +710,11 @@ class RadixCache:
     def _key_tokens(key: Key) -> int:
         return sum(n for _, n in key)
 
-    def dispose(self) -> None:
-        """Unlink every node from its parent and children, and drop the
-        eviction heaps: a node and its parent refer to each other, so a
-        tree left linked is freed only by a full collection. The cache is
-        empty and unusable after."""
+    def __del__(self) -> None:
+        """Unlink every node from its parent and children as the cache goes:
+        a node and its parent refer to each other, so a tree left linked
+        would be freed only by a collection that finds it (a match held
+        elsewhere may outlive the cache; its nodes go with it)."""
         stack = [self.root]
         while stack:
             node = stack.pop()

@@ -30,18 +30,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from basin.catalog import DecodeProfile
 from basin.sim.costs import DecodeCosts
 from basin.sim.events import EventLoop
 from basin.sim.invariants import RequestNeverFits, require
 from basin.sim.lending import LendingConfig, LentMemory
-from basin.sim.sessions import Queued, Request, queue_key
+from basin.sim.requests import Queued, Request, queue_key
 from basin.sim.tournament import Entrant, Tournament
-
-if TYPE_CHECKING:
-    from basin.sim.borrow import PrefillBorrower
 
 _INF: Final = math.inf
 
@@ -76,7 +73,9 @@ class DecodeRoom:
     the winner rather than every instance (on a large deployment each
     instance it read was a cache miss). An instance whose figures may have
     changed lists itself as stale, and its entrant is updated only when the
-    router next reads (ROUTER-ROOM)."""
+    router next reads (ROUTER-ROOM). A read empties the list (the engine
+    reads once more when it stops, :meth:`basin.sim.cluster.Cluster.stop`,
+    so that the room keeps no instance after a run)."""
 
     __slots__ = ("entrants", "tournament", "stale")
 
@@ -110,6 +109,27 @@ class DecodeRoom:
     def room_of(self, index: int) -> int:
         """The room posted for instance ``index`` (stale if it is listed)."""
         return -int(self.entrants[index].key)
+
+
+def _holds_nothing(uid: int, tokens: int) -> bool:
+    """No prefill cache holds a lent unit (an instance that lends nothing)."""
+    return False
+
+
+class Lease:
+    """Prefill chunks lent a decode instance's steps (the mechanism is
+    :class:`basin.sim.borrow.PrefillBorrower`'s). The instance asks at each
+    step boundary and reports the steps done; it is handed in, so the lease
+    holds no reference to its instance. This base lends nothing."""
+
+    def plan_step(self, dec: DecodeInstance) -> bool:
+        """At a step boundary of ``dec``: plan a chunk for the next step and
+        schedule that single step (True), or leave ``dec`` to its closed-form
+        batch (False)."""
+        return False
+
+    def step_done(self, dec: DecodeInstance, steps: int) -> None:
+        """``dec`` completed ``steps`` steps; a planned chunk was part of the first."""
 
 
 class DecodeInstance:
@@ -163,10 +183,21 @@ class DecodeInstance:
         self.wake_timer = loop.add_timer(self._on_wake)
         #: Prefill borrowing (basin.sim.borrow): the lease of this instance,
         #: and the extra time of the next step for a borrowed prefill chunk.
-        self.borrower: PrefillBorrower | None = None
+        self.borrower: Lease | None = None
         self.step_extra_s = 0.0
-        self.held_by_prefill: Callable[[int, int], bool] = lambda uid, tokens: False
+        self.held_by_prefill: Callable[[int, int], bool] = _holds_nothing
+        #: Requests whose KV is on its way here (the engine counts them).
+        self.transfers_in = 0
         self.room_changed()
+
+    def detach(self, handler: Callable[..., None]) -> None:
+        """Let go of the owner's handlers (``handler`` replaces both) and of
+        the one its lent memory holds of it: the end of a run."""
+        self.on_reserved = handler
+        self.on_finished = handler
+        self.held_by_prefill = _holds_nothing
+        if self.lending is not None:
+            self.lending.on_change = None
 
     # ------------------------------------------------------------ reservation
     def _sort_key(self, req: Request) -> float:
@@ -187,7 +218,7 @@ class DecodeInstance:
         return self.lending
 
     def request_memory(self, req: Request) -> None:
-        req.decode = self
+        req.decode = self.index
         self.room_changed()
         heappush(self.wait, Queued(self._sort_key(req), req))
         self.waiting += 1
@@ -236,7 +267,7 @@ class DecodeInstance:
                     if need > self.capacity:
                         raise RequestNeverFits(
                             "LIVE-DECODE-FITS",
-                            f"decode {self.index}: session {req.session.uid} call {req.call_index} "
+                            f"decode {self.index}: session {req.session} call {req.call_index} "
                             f"needs {need} KV tokens ({req.prompt} prompt + {req.generated} generated "
                             f"+ {self.reserve_out} reserved), more than the instance's {self.capacity}")
                     break
@@ -326,7 +357,7 @@ class DecodeInstance:
         # Stale heads would wake the batch (or stop a borrowed chunk) early.
         self._drop_stale(self.finish_heap)
         self._drop_stale(self.cross_heap)
-        if self.borrower is not None and self.borrower.plan_step():
+        if self.borrower is not None and self.borrower.plan_step(self):
             return  # one mixed step with a borrowed prefill chunk
         if not self.batch:
             self.wake_steps = 0
@@ -354,7 +385,7 @@ class DecodeInstance:
             self.ctx_sum += b * m
             self.used += self.n_growing * m
             if self.borrower is not None:
-                self.borrower.step_done(m)
+                self.borrower.step_done(self, m)
         self.epoch_t = now
         finished: list[Request] = []
         heap = self.finish_heap
@@ -381,7 +412,6 @@ class DecodeInstance:
         self.room_changed()  # again: the borrower's step may have had the view read
         for req in finished:
             req.finished_s = now
-            req.session.decode_steps += req.decode_steps
             self.on_finished(req)
         if finished:
             self.admit_waiting()
@@ -408,7 +438,6 @@ class DecodeInstance:
         req.reserved = 0
         violations = self.cum_viol - req.viol_at_join
         req.itl_violations += violations
-        req.session.itl_violations += violations
 
     def _retract_youngest(self) -> None:
         # Ordered queues: the request whose session has the largest priority
@@ -462,12 +491,12 @@ class DecodeInstance:
         for due in self.finish_heap:
             req = due.req
             if self._live(req, due.stay):
-                require(req not in ends, "STAY", f"session {req.session.uid}: two live finish entries")
+                require(req not in ends, "STAY", f"session {req.session}: two live finish entries")
                 ends[req] = due.step
         for req in self.batch:
             end = req.join_step + req.decode_steps - req.generated
             require(ends.get(req) == end and end >= self.step, "STAY",
-                    f"session {req.session.uid}: finish entry {ends.get(req)}, expected {end} (step {self.step})")
+                    f"session {req.session}: finish entry {ends.get(req)}, expected {end} (step {self.step})")
         if reserved_idle is not None:
             require(reserved_idle == self.reserved_idle, "RESERVE-BALANCE",
                     f"{self.reserved_idle} idle reservations counted, {reserved_idle} held by requests")

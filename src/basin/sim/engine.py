@@ -1,13 +1,13 @@
-"""The simulator: closed-loop sessions driving a PD-disaggregated engine under
-a control policy.
+"""The simulator: closed-loop sessions driving the engine core
+(:class:`~basin.sim.cluster.Cluster`) under a control policy.
 
 A session's call is issued when its previous call has finished and the
-recorded tool gap has elapsed. A call picks a prefill and a decode instance,
-reserves decode memory (before prefill by default, as SGLang does, or at
-prefill completion when the policy needs it), is prefilled against the
-instance's prefix cache, pays the PD transfer and decodes. New sessions keep
-arriving whatever the engine's state: that partly-open loop is what lets a
-finite surge leave the engine trapped.
+recorded tool gap has elapsed; the core serves it (route, reserve decode
+memory, prefill against the cache, PD transfer, decode) and reports its
+first token and its finish. New sessions keep arriving whatever the engine's
+state: that partly-open loop is what lets a finite surge leave the engine
+trapped. Warm starts, interventions, the minute samples and the sessions'
+reference times are the simulator's; so is hosting the policy driver.
 
 The policy sees only :class:`~basin.policy.base.Signals` and session events,
 and answers with decisions; the one :class:`~basin.policy.driver.PolicyDriver`
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,21 +29,16 @@ from typing import Literal, NoReturn
 
 import numpy as np
 
-from basin.catalog import Deployment, HardwareProfile, effective_cache_tokens
+from basin.catalog import Deployment, HardwareProfile
 from basin.policy.base import EngineNeeds, Policy, SessionInfo
 from basin.policy.driver import EngineFigures, PolicyDriver
-from basin.sim.borrow import Borrowing, attach_borrowing
-from basin.sim.cache import RadixCache
-from basin.sim.decode import DecodeInstance, DecodeRoom
-from basin.sim.events import CLIENT, CONTROL, ENGINE, SAMPLE, EventLoop
-from basin.sim.invariants import InvariantViolation
-from basin.sim.lending import LendingConfig, LentMemory, LentTier
-from basin.sim.prefill import PrefillInstance
+from basin.sim.cluster import Cluster, PDTopology
+from basin.sim.events import CLIENT, CONTROL, SAMPLE
 from basin.sim.recorder import Recorder
-from basin.sim.router import choose_decode, choose_prefill
-from basin.sim.sessions import Request, SessionState
+from basin.sim.requests import Request
+from basin.sim.sessions import SessionState
+from basin.sim.streams import WARM_START, stream
 from basin.workload.arrivals import SessionArrival
-from basin.workload.records import Session
 from basin.workload.reference import unloaded_references_s
 
 
@@ -98,9 +92,8 @@ class RunResult:
     borrow_stats: dict[str, int] = field(default_factory=dict)
 
 
-def _disposed(*_: object) -> NoReturn:
-    """The callbacks of a disposed simulator (see Simulator.dispose)."""
-    raise RuntimeError("the simulator was disposed of")
+def _ended(*_: object) -> NoReturn:
+    raise RuntimeError("the run is over")
 
 
 class Simulator:
@@ -112,53 +105,23 @@ class Simulator:
         self.config = config
         self.on_sample = on_sample
         hw = config.hardware
-        dep = config.deployment
-        self.loop = EventLoop()
         self.recorder = Recorder()
         needs = policy.needs
-        host_tokens = int(dep.host_ratio * hw.prefill.prefix_cache_tokens)
-        #: What the routers read of each instance (PrefillInstance.loads, DecodeInstance.room).
-        self.prefill_loads = [0] * dep.prefill_instances
-        self.prefills = [
-            PrefillInstance(
-                i, hw.prefill,
-                RadixCache(hw.prefill.prefix_cache_tokens, host_tokens, hw.page_tokens,
-                           hw.prefill.state_slots, hw.prefill.load_threshold_tokens),
-                self.loop, self._prefill_done, self.prefill_loads,
-            )
-            for i in range(dep.prefill_instances)
-        ]
-        self.decode_room = DecodeRoom(dep.decode_instances)
-        self.decodes = [
-            DecodeInstance(i, hw.decode, hw.itl_slo_s, self.loop,
-                           self._decode_reserved, self._call_finished, self.decode_room)
-            for i in range(dep.decode_instances)
-        ]
-        # Decode instances run prefill chunks under an ITL lease (Crossflow).
-        self.borrowing: Borrowing | None = None
-        if needs.decode_prefill_borrowing is not None:
-            self.borrowing = attach_borrowing(self.decodes, hw.prefill, hw.itl_slo_s, self.loop,
-                                              dataclasses.asdict(needs.decode_prefill_borrowing))
-        self.lent_tier: LentTier | None = None
-        self._lending_on = False
-        self.reserve_at_completion = False
+        borrowing = needs.decode_prefill_borrowing
+        self.cluster = Cluster(hw, PDTopology.of(config.deployment, hw), on_first_token=self.recorder.first_token,
+                               on_finished=self._call_finished,
+                               borrowing=dataclasses.asdict(borrowing) if borrowing is not None else None)
+        self.loop = self.cluster.loop
         self.needs = needs
         self._apply_needs(needs)
-        self.effective_cache_tokens = effective_cache_tokens(
-            hw.prefill.prefix_cache_tokens * len(self.prefills), sum(p.cache.host_capacity for p in self.prefills))
         self.driver = PolicyDriver(policy, self)
         self.sessions: list[SessionState] = []
         self.active: set[SessionState] = set()
         self.active_by_tag: Counter[str] = Counter()
-        self._req_seq = 0
-        self._reference_cache: dict[int, float] = {}
-        # Read on every call: the (interpreted) profile's and deployment's
-        # fields held as the simulator's own, and the handlers bound once.
-        self._transfer_s: float = hw.transfer_s
-        self._router: str = dep.router
-        self._transferred_handler: Callable[[Request], None] = self._transferred
+        self._references: dict[tuple[int, int], float] = {}
+        #: Bound once (compiled, a bound method made per call costs more than
+        #: the call's bookkeeping); let go when the run ends.
         self._issue_handler: Callable[[SessionState], None] = self._issue
-        self._prefill_holds_handler: Callable[[int, int], bool] = self._prefill_holds
 
     @property
     def policy(self) -> Policy:
@@ -166,6 +129,10 @@ class Simulator:
 
     # ================================================================== run
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
+        """Run to ``config.duration_s``. The run ends there: the engine stops
+        (:meth:`Cluster.stop`) and the driver lets go of its host, so the
+        simulator's state stays readable and is freed by reference counting
+        when it is dropped; the simulator cannot run again."""
         # The run allocates millions of short-lived objects, all freed by
         # reference counting: a run makes no cyclic garbage that grows with it
         # (a few hundred objects under each system; tests/test_sim_engine.py
@@ -191,60 +158,14 @@ class Simulator:
         try:
             return self._run(progress)
         finally:
+            self.cluster.stop()
+            self.driver.detach()
+            self._issue_handler = _ended
             gc.freeze()
             if collecting:
                 gc.enable()
             if freeze:
                 gc.unfreeze()
-
-    def dispose(self) -> None:
-        """Give back at once what a finished run built and what refers back
-        to the simulator. A run's state refers to itself (a cache node and
-        its parent, a request and the instance that queues it, a session
-        and its request in flight, the simulator and the callbacks its
-        instances and driver hold), so otherwise all of it, the arrivals and
-        the workload's records included, waits for a full collection, which
-        a process running simulation after simulation rarely makes: it
-        carried every earlier run's state and slowed down by up to a third.
-        The result of :meth:`run` stays valid; the simulator is unusable
-        after (its callbacks and its driver's host raise)."""
-        self.loop.discard_pending()
-        # The instances' state, and what of theirs refers back to the
-        # simulator (its callbacks; its own handlers and its driver below):
-        # without these it is freed when its owner lets it go, and its
-        # configuration (the arrivals, so the workload's records) with it.
-        for p in self.prefills:
-            p.cache.dispose()
-            p.queue = []
-            p.running = []
-            p.on_done = _disposed
-        for d in self.decodes:
-            d.wait = []
-            d.batch = set()
-            d.pending = []
-            d.finish_heap = []
-            d.cross_heap = []
-            d.borrower = None
-            d.lending = None
-            d.on_reserved = _disposed
-            d.on_finished = _disposed
-            d.held_by_prefill = _disposed
-        for s in self.sessions:
-            s.inflight = None
-            s.pin = None
-            s.pin_instance = None
-            s.cursors = []
-        self.sessions = []
-        self.active = set()
-        self.decode_room.stale.clear()
-        self._transferred_handler = _disposed
-        self._issue_handler = _disposed
-        self._prefill_holds_handler = _disposed
-        self.driver.detach()
-        self.borrowing = None
-        self.lent_tier = None
-        self.prefills = []
-        self.decodes = []
 
     def _run(self, progress: Callable[[float], None] | None) -> RunResult:
         cfg = self.config
@@ -268,20 +189,21 @@ class Simulator:
         minutes = list(range(int(cfg.duration_s // 60)))
         loop.at_each([(minute + 1) * 60.0 for minute in minutes], SAMPLE, self._sample, minutes)
         loop.run(cfg.duration_s, progress)
+        cluster = self.cluster
         return RunResult(
             calls=self.recorder.calls_table(),
             sessions=Recorder.sessions_table(self.sessions),
             timeseries=self.recorder.timeseries_table(),
             events=loop.events_run,
-            cache_stats=[dataclasses.asdict(p.cache.stats) for p in self.prefills],
-            borrow_stats=self.borrowing.stats() if self.borrowing is not None else {},
+            cache_stats=[dataclasses.asdict(p.cache.stats) for p in cluster.prefills],
+            borrow_stats=cluster.borrowing.stats() if cluster.borrowing is not None else {},
         )
 
     def _warm_start(self, warm: list[SessionState]) -> None:
         """Start from steady operation: each warm session is part-way through
         the tool gap after its last call, and its context is cached in the
         order steady operation would have left it (most recent last)."""
-        rng = np.random.default_rng(np.random.SeedSequence([self.config.seed, 7]))
+        rng = stream(self.config.seed, WARM_START)
         starts = []
         for s in warm:
             gap = s.calls[s.next_call - 1].tool_gap_s if s.next_call > 0 else 0.0
@@ -289,9 +211,7 @@ class Simulator:
             starts.append((residual - gap, residual, s))
         for last_touch, _, s in sorted(starts, key=lambda x: (x[0], x[2].uid)):
             if s.key:
-                home = self.prefills[s.uid % len(self.prefills)]
-                s.placed_on |= 1 << home.index
-                s.keep_cursor(home.cache, home.cache.insert(s.key, last_touch, 0))
+                self.cluster.preload(s.route, s.key, last_touch)
         self.driver.attach([(self._info(s), s.context_tokens) for s in warm], 0.0)
         for _, residual, s in starts:
             s.admitted_s = 0.0
@@ -303,7 +223,7 @@ class Simulator:
     def _new_session(self, arr: SessionArrival) -> SessionState:
         s = SessionState(len(self.sessions), arr.session, arr.tag, arr.arrival_s, arr.start_call,
                          self.config.block_tokens)
-        s.reference_s = self._reference_s(arr.session, arr.start_call)
+        s.reference_s = self._references[(id(arr.session), arr.start_call)]
         self.sessions.append(s)
         self.recorder.arrival()
         return s
@@ -334,19 +254,15 @@ class Simulator:
         self._issue(self.sessions[uid])
 
     def lending(self, on: bool) -> None:
-        if self.lent_tier is not None:
-            self._lending_on = on
-            if not on:
-                for dec in self.decodes:
-                    if dec.lending is not None:
-                        dec.lending.maintain(dec.free_beyond_demand(), self._prefill_holds)
+        self.cluster.set_lending(on)
 
     def ordering(self, on: bool) -> None:
-        for p in self.prefills:
-            p.set_ordered(on)
-        for dec in self.decodes:
-            dec.set_ordered(on)
+        self.cluster.set_ordered(on)
 
+    def engine_figures(self, now_s: float) -> EngineFigures:
+        return self.cluster.engine_figures(self.recorder.recent_hit_rate(self.cluster.prefill_totals()))
+
+    # ================================================================ calls
     def _issue(self, s: SessionState, first: bool = False) -> None:
         """The session's next call is ready (its tool gap has elapsed)."""
         if s.terminated:
@@ -359,73 +275,30 @@ class Simulator:
         self._unpin(s)
         k = s.next_call
         key = s.advance_key(k)
-        self._req_seq += 1
-        req = Request(s, k, key, self._req_seq, now)
+        call = s.calls[k]
+        # Each field of the (interpreted) record read once: compiled, a read is a generic lookup.
+        prompt, new, output = call.prompt_tokens, call.new_tokens, call.output_tokens
+        # The policy hears of the call first, so its key can reflect the moment.
+        prio = self.driver.call_issued(s.uid, prompt, now)
+        s.context_tokens = prompt
+        req = self.cluster.submit(s.uid, key, prompt, new, output, prio, route=s.route, call_index=k)
         if first:
             req.issued_s = s.arrival_s
-        # The policy hears of the call first, so its key can reflect the moment.
-        req.prio = self.driver.call_issued(s.uid, req.prompt, now)
+        req.last = k + 1 >= len(s.calls)
         s.inflight = req
-        s.context_tokens = req.prompt
-        prefill = choose_prefill(self._router, self.prefills, self.prefill_loads, req)
-        s.last_prefill = prefill.index
-        s.placed_on |= 1 << prefill.index
-        req.prefill = prefill
-        decode = choose_decode(self.decode_room, self.decodes)
-        req.decode = decode
-        if self.reserve_at_completion:
-            prefill.enqueue(req)
-        else:
-            decode.request_memory(req)
-
-    # ============================================================ call path
-    def _decode_reserved(self, req: Request) -> None:
-        assert req.decode is not None
-        if req.cancelled:
-            req.decode.release_reservation(req)
-            return
-        if not math.isnan(req.prefill_end_s):
-            # Prefill already done (reservation at completion, or a retracted
-            # request resuming): transfer its KV now.
-            self.loop.at(self.loop.now + self._transfer_s, ENGINE, self._transferred_handler, req)
-        else:
-            assert req.prefill is not None
-            req.prefill.enqueue(req)
-            if self.borrowing is not None:
-                self.borrowing.queued(req)
-
-    def _prefill_done(self, req: Request) -> None:
-        self.recorder.prefill_done(req)
-        assert req.decode is not None
-        if not req.reserved:
-            # Issued while decode memory is reserved at prefill completion
-            # (the mode may have changed since, with the policy).
-            req.decode.request_memory(req)
-        else:
-            self.loop.at(self.loop.now + self._transfer_s, ENGINE, self._transferred_handler, req)
-
-    def _transferred(self, req: Request) -> None:
-        now = self.loop.now
-        if math.isnan(req.first_token_s):
-            req.first_token_s = now
-            self.recorder.first_token(req)
-            assert req.prefill is not None
-            req.prefill.release(req, now)
-        assert req.decode is not None
-        req.decode.join(req)
 
     def _call_finished(self, req: Request) -> None:
         now = self.loop.now
-        s = req.session
+        s = self.sessions[req.session]
         s.inflight = None
         s.calls_done += 1
         s.next_call += 1
-        self.recorder.call_done(req, req.itl_violations)
+        s.decode_steps += req.decode_steps
+        s.itl_violations += req.itl_violations
+        self.recorder.call_done(req, s.tag, req.itl_violations)
         s.context_tokens += req.output
         last = s.done
         pin_s = self.driver.call_finished(s.uid, s.context_tokens, last, now)
-        if self.lent_tier is not None:
-            self._lend(s, req, keep=not (last or s.terminated))
         if last or s.terminated:
             self._end_session(s, completed=last and not s.terminated)
             return
@@ -445,34 +318,9 @@ class Simulator:
             self.recorder.session_done()
         self.driver.session_finished(s.uid, now)
 
-    # -------------------------------------------------------------- lending
-    def _lend(self, s: SessionState, req: Request, keep: bool) -> None:
-        """After a call, its decode instance may keep the prompt as a unit."""
-        tier = self.lent_tier
-        d = req.decode
-        assert d is not None
-        if tier is None or d.lending is None:
-            raise InvariantViolation("LENDING-WIRED", f"decode instance {d.index} lends without a lent tier")
-        if keep and self._lending_on and not d.waiting and d.lending.adopt(s.uid, req.prompt, d.free_beyond_demand()):
-            tier.record(s.uid, d.index)
-        else:
-            tier.forget(s.uid)
-        d.lending.maintain(d.free_beyond_demand(), self._prefill_holds_handler)
-
-    def _prefill_holds(self, uid: int, tokens: int) -> bool:
-        s = self.sessions[uid]
-        if s.last_prefill < 0 or not s.key:
-            return False
-        cache = self.prefills[s.last_prefill].cache
-        return cache.peek(s.key, s.cursor_on(cache)) >= tokens
-
     # ------------------------------------------------------------ TTL pins
     def _pin(self, s: SessionState, req: Request, pin_s: float) -> None:
-        assert req.prefill is not None
-        cache = req.prefill.cache
-        m = cache.match(req.key, self.loop.now, s.cursor_for(req.key, cache), req.prompt)
-        cache.lock(m)
-        s.pin = m
+        s.pin = self.cluster.pin(req)
         s.pin_instance = req.prefill
         s.pin_expiry_s = self.loop.now + pin_s
         self.loop.at(s.pin_expiry_s, CONTROL, self._pin_expired, (s, s.pin))
@@ -484,30 +332,11 @@ class Simulator:
 
     def _unpin(self, s: SessionState) -> None:
         if s.pin is not None:
-            assert s.pin_instance is not None
-            s.pin_instance.cache.unlock(s.pin)
-            s.pin_instance.kick()
+            self.cluster.unpin(s.pin_instance, s.pin)
             s.pin = None
-            s.pin_instance = None
+            s.pin_instance = -1
 
     # ============================================================== control
-    def engine_figures(self, now_s: float) -> EngineFigures:
-        decode_cap = sum(d.capacity for d in self.decodes)
-        gpu = self.config.hardware.prefill.prefix_cache_tokens * len(self.prefills)
-        host = sum(p.cache.host_capacity for p in self.prefills)
-        return EngineFigures(
-            hit_rate=self.recorder.recent_hit_rate(),
-            prefill_queue_requests=sum(len(p.queue) for p in self.prefills),
-            prefill_backlog_tokens=sum(p.backlog_tokens for p in self.prefills),
-            decode_wait_requests=sum(d.waiting for d in self.decodes),
-            decode_used_fraction=sum(d.used for d in self.decodes) / decode_cap,
-            gpu_cache_tokens=gpu,
-            host_cache_tokens=host,
-            effective_cache_tokens=self.effective_cache_tokens,
-            lent_cache_tokens=self.lent_tier.lent_tokens if self.lent_tier is not None else 0,
-            decode_kv_tokens=decode_cap,
-        )
-
     def _tick(self, _: object) -> None:
         next_s = self.driver.tick(self.loop.now)
         self.loop.at(self.loop.now + next_s, CONTROL, self._tick, None)
@@ -518,18 +347,12 @@ class Simulator:
         first time a policy asks for it and stays available (lending itself
         follows each tick's decision)."""
         forced = self.config.reserve_at_prefill_completion
-        self.reserve_at_completion = needs.reserve_decode_at_prefill_completion if forced is None else forced
-        if needs.decode_memory_lending and self.lent_tier is None:
-            lending = LendingConfig(cap_fraction=needs.lend_cap_fraction)
-            memories: list[LentMemory] = []
-            for d in self.decodes:
-                memories.append(d.lend(lending))
-                d.held_by_prefill = self._prefill_holds
-            self.lent_tier = LentTier(memories, lending)
-            for p in self.prefills:
-                p.lower_tiers.append(self.lent_tier)
-        elif not needs.decode_memory_lending and self.lent_tier is not None:
-            self.lending(False)
+        cluster = self.cluster
+        cluster.reserve_at_completion = needs.reserve_decode_at_prefill_completion if forced is None else forced
+        if needs.decode_memory_lending and cluster.lent_tier is None:
+            cluster.wire_lending(needs.lend_cap_fraction)
+        elif not needs.decode_memory_lending and cluster.lent_tier is not None:
+            cluster.set_lending(False)
         self.needs = needs
 
     def _intervene(self, iv: Intervention) -> None:
@@ -541,18 +364,15 @@ class Simulator:
             for s in [s for s in self.active if s.tag == iv.tag]:
                 s.terminated = True
                 req = s.inflight
-                if req is not None and math.isnan(req.prefill_start_s):
-                    # Not started yet: withdraw it from the queues.
-                    req.cancelled = True
-                    if req.prefill is not None and req.prefill.remove(req):
-                        assert req.decode is not None
-                        req.decode.release_reservation(req)
+                if req is not None and self.cluster.withdraw(req):
+                    # Not started yet: withdrawn from the queues.
                     s.inflight = None
                     self._end_session(s, completed=False)
                 elif self.driver.is_held(s.uid):
                     self._end_session(s, completed=False)
-                # Otherwise it is running (it ends when the call finishes) or in
-                # a tool gap (it ends when its next call comes due).
+                elif req is not None:
+                    req.last = True  # running: it ends when the call finishes, keeping nothing lent
+                # Otherwise it is in a tool gap (it ends when its next call comes due).
         elif iv.kind == "switch-policy" and iv.policy is not None:
             refusal = switch_refusal(self.needs, iv.policy.needs)
             if refusal is not None:
@@ -565,22 +385,13 @@ class Simulator:
 
     # ============================================================== samples
     def _sample(self, minute: int) -> None:
-        lent = self.lent_tier.lent_tokens if self.lent_tier is not None else 0
-        gauges = {
+        gauges: dict[str, float] = {
             "active_sessions": len(self.active),
             "parked_sessions": len(self.driver.parked),
             "working_set_tokens": self.driver.working_set_tokens,
-            "cache_capacity_tokens": self.config.hardware.prefill.prefix_cache_tokens * len(self.prefills),
-            "host_capacity_tokens": sum(p.cache.host_capacity for p in self.prefills),
-            "decode_kv_decoding_tokens": sum(d.decoding_tokens for d in self.decodes),
-            "decode_kv_reserved_idle_tokens": sum(d.reserved_idle for d in self.decodes),
-            "decode_kv_capacity_tokens": sum(d.capacity for d in self.decodes),
-            "decode_kv_lent_tokens": lent,
-            "prefill_queue_len": sum(len(p.queue) for p in self.prefills),
-            "decode_wait_len": sum(d.waiting for d in self.decodes),
-            "decode_running": sum(len(d.batch) for d in self.decodes),
         }
-        self.recorder.close_minute(minute, gauges, self.active_by_tag)
+        gauges.update(self.cluster.gauges())
+        self.recorder.close_minute(minute, gauges, self.active_by_tag, self.cluster.prefill_totals())
         if self.on_sample is not None:
             self.on_sample(self, minute)
 
@@ -589,16 +400,10 @@ class Simulator:
         """Work out the unloaded times of the sessions that will arrive, in one
         batch (session by session, one call at a time, they took about 6% of
         a trapped run's loop); each number is the one its session alone gets
-        (one definition: :func:`basin.workload.reference.unloaded_references_s`)."""
-        joined = {self._reference_key(a.session, a.start_call): a for a in arrivals}
+        from where it joins (one definition:
+        :func:`basin.workload.reference.unloaded_references_s`). Keyed by the
+        session record's identity and the call it joins at."""
+        joined = {(id(a.session), a.start_call): a for a in arrivals}
         values = unloaded_references_s([a.session.calls[a.start_call:] for a in joined.values()],
                                        self.config.hardware)
-        self._reference_cache = dict(zip(joined, values, strict=True))
-
-    @staticmethod
-    def _reference_key(session: Session, start_call: int) -> int:
-        return id(session) * 1000 + start_call
-
-    def _reference_s(self, session: Session, start_call: int) -> float:
-        """Unloaded time of the session from where it joined (tabulated at the run's start)."""
-        return self._reference_cache[self._reference_key(session, start_call)]
+        self._references = dict(zip(joined, values, strict=True))

@@ -2,8 +2,9 @@
 
 Same-time events run in a stated order: engine progress (completions) first,
 then client actions (calls issued, arrivals), then control ticks, then
-sampling. Cancellation is lazy: an owner bumps its generation counter and
-stale events are skipped where they are handled.
+sampling. Nothing is taken out of a heap once pushed: an owner whose
+pending time moves holds a timer (below), and a handler whose event may no
+longer apply checks when it runs (a pin's expiry, a withdrawn request).
 
 Events known in advance (a run's arrivals, its minute samples) are scheduled
 as a batch: each takes its sequence number when the batch is scheduled, as if

@@ -9,20 +9,47 @@ statements vanish under ``python -O``, so the simulator raises
 loops the caller writes ``if not cond: raise InvariantViolation(...)`` inline,
 which costs nothing unless the condition fails.
 
-Names in use: ``TREE``, ``ACCOUNTING``, ``CAP-DEVICE``, ``CAP-HOST``,
-``INFLIGHT``, ``STATE-SLOTS``, ``DEVICE-CHILDREN``, ``LOCKED-KEPT`` and
-``LOCK-BALANCE`` (the prefix cache, :mod:`basin.sim.cache`); ``MATCH-FRESH``
-(a prefill's load-back matches what its allocation covered,
-:mod:`basin.sim.prefill`); ``RESERVE-BALANCE``, ``CAP-DECODE``, ``BATCH`` and
-``STAY`` (a decode heap entry acts only on the stay in the batch that pushed
-it; decode memory, :mod:`basin.sim.decode`); ``ROUTER-LOAD`` (the counts
-the routers read, a prefill instance's queued and running requests and a
-decode instance's waiting ones, are what its lists hold); ``LEASE`` (prefill borrowing);
-``LIVE-PREFILL-FITS`` and ``LIVE-DECODE-FITS`` (liveness: a request larger
-than its instance, raised as :class:`RequestNeverFits`).
+The names in use, what each says and where it is checked, are
+:data:`INVARIANTS` (tests/sim/test_invariant_names.py holds it to the names
+the code raises, both ways).
 """
 
 from __future__ import annotations
+
+from typing import Final
+
+#: Every invariant by name: the module that checks it (a raise, or
+#: ``tests`` for a rule only the tests pin) and what it says.
+INVARIANTS: Final[dict[str, tuple[str, str]]] = {
+    # the prefix cache (basin.sim.cache)
+    "TREE": ("cache", "every node's ancestors are in the tree; a device node's ancestors are on the device"),
+    "CHILD-KIND": ("cache", "a child that begins its chunk is held by chunk id, any other is its parent's next"),
+    "DEVICE-CHILDREN": ("cache", "a node's count of device-resident children is exact"),
+    "ACCOUNTING": ("cache", "the device and host tokens counted are the tokens of the nodes on each tier"),
+    "CAP-DEVICE": ("cache", "device tokens (nodes plus in-flight allocations) stay within the device pool"),
+    "CAP-HOST": ("cache", "host tokens stay within the host tier"),
+    "INFLIGHT": ("cache", "in-flight allocations are never negative and are released exactly once"),
+    "STATE-SLOTS": ("cache", "recurrent-state slots in use are counted exactly and stay within the limit"),
+    "LOCK-BALANCE": ("cache", "the lock references in the tree are two per live lock handle"),
+    "LOCKED-KEPT": ("tests", "a locked node is never evicted from any tier"),
+    "INCLUSIVE": ("tests", "under write-through, a device node that could be backed up on the host is"),
+    # prefill (basin.sim.prefill)
+    "MATCH-FRESH": ("prefill", "a prefill's load-back is what its allocation covered"),
+    "LIVE-PREFILL-FITS": ("prefill", "a prompt that could never start on its instance is refused, not queued"),
+    # decode (basin.sim.decode)
+    "RESERVE-BALANCE": ("decode", "decode memory used is what the idle reservations, joins and batch hold"),
+    "CAP-DECODE": ("decode", "decode memory used stays within the instance's KV"),
+    "BATCH": ("decode", "the batch's context and growing counts are its members'"),
+    "STAY": ("decode", "a batch heap entry acts only on the stay in the batch that pushed it"),
+    "LIVE-DECODE-FITS": ("decode", "a reservation larger than the whole instance is refused, not queued"),
+    # what the routers read (basin.sim.prefill, basin.sim.decode)
+    "ROUTER-LOAD": ("decode prefill", "the counts the routers read are what the instances' queues hold"),
+    "ROUTER-ROOM": ("decode", "the decode room the router reads is current for every instance not marked stale"),
+    "TOURNAMENT": ("tournament", "each match of a tournament holds the lesser of its sides' winners"),
+    # engine mechanisms
+    "LEASE": ("borrow", "a borrowed prefill chunk runs only for a leased request"),
+    "LENDING-WIRED": ("cluster", "a decode instance lends only with the lent tier wired in"),
+}
 
 
 class InvariantViolation(RuntimeError):

@@ -27,7 +27,7 @@ from basin.sim.cache import MatchResult, RadixCache
 from basin.sim.costs import PrefillCosts
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.invariants import InvariantViolation, RequestNeverFits, require
-from basin.sim.sessions import Queued, Request, queue_key
+from basin.sim.requests import Queued, Request, queue_key
 
 
 class LowerTier(Protocol):
@@ -65,6 +65,8 @@ class PrefillInstance:
         self.step_overhead_s: float = profile.step_overhead_s
         self.load_tokens_per_s: float = profile.load_tokens_per_s
         self.lock_queued_prefix: bool = profile.lock_queued_prefix
+        #: Bound once (compiled, a bound method made per step costs more than
+        #: the step's bookkeeping); let go by :meth:`detach`.
         self._end_step_handler: Callable[[list[tuple[Request, int]]], None] = self._end_step
         self.loop = loop
         self.on_done = on_done
@@ -75,6 +77,17 @@ class PrefillInstance:
         self.blocked_tokens = 0
         #: Cache tiers outside the instance, consulted after the local match.
         self.lower_tiers: list[LowerTier] = []
+        #: Prompt tokens prefilled here so far, and those of them served from
+        #: a cache (device, host or lent); the engine counts them.
+        self.prompt_tokens_total = 0
+        self.hit_tokens_total = 0
+
+    def detach(self, on_done: Callable[..., None]) -> None:
+        """Let go of the owner's handler (``on_done`` replaces it) and of the
+        handler bound to itself: the end of a run, after which nothing may
+        be due here."""
+        self.on_done = on_done
+        self._end_step_handler = on_done
 
     # ----------------------------------------------------------------- queue
     def enqueue(self, req: Request) -> None:
@@ -85,11 +98,11 @@ class PrefillInstance:
         if req.prompt > self.cache.device_capacity:
             raise RequestNeverFits(
                 "LIVE-PREFILL-FITS",
-                f"prefill {self.index}: a prompt of {req.prompt} tokens (session {req.session.uid}, "
+                f"prefill {self.index}: a prompt of {req.prompt} tokens (session {req.session}, "
                 f"call {req.call_index}) exceeds the {self.cache.device_capacity}-token pool")
-        req.prefill = self
+        req.prefill = self.index
         if self.lock_queued_prefix:
-            m = self.cache.match(req.key, self.loop.now, req.session.cursor_on(self.cache), req.prompt)
+            m = self.cache.match(req.key, self.loop.now, req.route.cursor_on(self.cache), req.prompt)
             self.cache.lock(m)
             req.match = m
         heappush(self.queue, Queued(self._sort_key(req), req))
@@ -150,11 +163,11 @@ class PrefillInstance:
         cache = self.cache
         m = req.match
         if m is None:
-            m = cache.match(req.key, now, req.session.cursor_on(cache), req.prompt)
+            m = cache.match(req.key, now, req.route.cursor_on(cache), req.prompt)
             cache.lock(m)
             req.match = m
         elif _host_part_loaded(m):
-            fresh = cache.match(req.key, now, req.session.cursor_on(cache), req.prompt)
+            fresh = cache.match(req.key, now, req.route.cursor_on(cache), req.prompt)
             cache.lock(fresh)
             cache.unlock(m)
             req.match = m = fresh
@@ -166,7 +179,7 @@ class PrefillInstance:
             # A tier outside this instance (decode-lent memory) may hold more
             # of the prompt than the local match; its extra tokens are copied
             # into the pool like computed ones, at the tier's transfer cost.
-            covered = min(tier.covered_tokens(req.session.uid, req.prompt), req.prompt - 1)
+            covered = min(tier.covered_tokens(req.session, req.prompt), req.prompt - 1)
             extra = covered - cached - host - fetched
             if extra > 0:
                 fetches.append((tier, extra))
@@ -192,7 +205,7 @@ class PrefillInstance:
                     "MATCH-FRESH", f"prefill {self.index}: loaded {loaded} of a {m.host_tokens}-token host match")
         fetch_s = 0.0
         for tier, extra in fetches:
-            fetch_s = max(fetch_s, tier.fetch(req.session.uid, extra, now))
+            fetch_s = max(fetch_s, tier.fetch(req.session, extra, now))
         req.cached = cached
         req.loaded = host + fetched
         req.uncached = uncached
@@ -285,7 +298,7 @@ class PrefillInstance:
         if need > self.cache.device_capacity:
             raise RequestNeverFits(
                 "LIVE-PREFILL-FITS",
-                f"prefill {self.index}: session {req.session.uid} call {req.call_index} needs "
+                f"prefill {self.index}: session {req.session} call {req.call_index} needs "
                 f"{need} pool tokens ({self.blocked_tokens} to allocate beside its locked prefix), "
                 f"more than the {self.cache.device_capacity}-token pool")
 
@@ -296,9 +309,9 @@ class PrefillInstance:
         if m is None:
             return
         cursor = self.cache.insert(req.key, now, req.alloc, m, req.prompt)
-        session = req.session
-        if session.key is req.key:
-            session.keep_cursor(self.cache, cursor)
+        route = req.route
+        if route.key is req.key:
+            route.keep_cursor(self.cache, cursor)
         self.cache.unlock(m)
         req.match = None
         req.alloc = 0

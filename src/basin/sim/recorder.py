@@ -12,7 +12,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from basin.sim.sessions import Request, SessionState
+from basin.sim.requests import Request
+from basin.sim.sessions import SessionState
 
 CALL_COLUMNS: Final = (
     "session_uid", "tag", "call_index", "issued_s", "admitted_s", "prefill_start_s",
@@ -37,6 +38,11 @@ def median(values: list[float]) -> float:
     return (0.0 + ordered[half - 1] + ordered[half]) / 2.0
 
 
+#: The engine's cumulative prompt tokens prefilled: all, cached on the
+#: device, loaded back, computed (:meth:`basin.sim.cluster.Cluster.prefill_totals`).
+PrefillTotals = tuple[int, int, int, int]
+
+
 class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
@@ -45,12 +51,10 @@ class Recorder:
         self._arrivals = 0
         self._sessions_done = 0
         self._calls_done = 0
-        self._prompt = 0
-        self._cached = 0
-        self._loaded = 0
-        self._uncached = 0
         self._ttfts: list[float] = []
         self._first_waits: list[float] = []
+        #: The engine's prefill totals when the current minute began.
+        self._base: PrefillTotals = (0, 0, 0, 0)
         # sliding hit-rate signal (the last two minutes)
         self._prev_prompt = 0
         self._prev_hit = 0
@@ -62,46 +66,46 @@ class Recorder:
     def first_admitted(self, wait_s: float) -> None:
         self._first_waits.append(wait_s)
 
-    def prefill_done(self, req: Request) -> None:
-        self._prompt += req.prompt
-        self._cached += req.cached
-        self._loaded += req.loaded
-        self._uncached += req.uncached
-
     def first_token(self, req: Request) -> None:
         self._ttfts.append(req.first_token_s - req.admitted_s)
 
-    def call_done(self, req: Request, viol: int) -> None:
+    def call_done(self, req: Request, tag: str, viol: int) -> None:
         self._calls_done += 1
-        s = req.session
         self.calls.append((
-            s.uid, s.tag, req.call_index, req.issued_s, req.admitted_s, req.prefill_start_s,
+            req.session, tag, req.call_index, req.issued_s, req.admitted_s, req.prefill_start_s,
             req.first_token_s, req.finished_s, req.prompt, req.cached, req.loaded, req.uncached,
             req.output, req.decode_steps, viol, req.retractions,
-            req.prefill.index if req.prefill is not None else -1,
-            req.decode.index if req.decode is not None else -1,
+            req.prefill, req.decode,
         ))
 
     def session_done(self) -> None:
         self._sessions_done += 1
 
-    def recent_hit_rate(self) -> float:
-        prompt = self._prompt + self._prev_prompt
+    def recent_hit_rate(self, totals: PrefillTotals) -> float:
+        """Hit rate of the prompts prefilled this minute and the last, the
+        engine's totals now being ``totals``."""
+        base = self._base
+        prompt = totals[0] - base[0] + self._prev_prompt
         if prompt == 0:
             return float("nan")
-        return (self._cached + self._loaded + self._prev_hit) / prompt
+        return (totals[1] - base[1] + totals[2] - base[2] + self._prev_hit) / prompt
 
     # ------------------------------------------------------------ per minute
-    def close_minute(self, minute: int, gauges: Mapping[str, float], active_by_tag: Counter) -> None:
+    def close_minute(self, minute: int, gauges: Mapping[str, float], active_by_tag: Counter,
+                     totals: PrefillTotals) -> None:
+        """Close minute ``minute``; the engine's prefill totals are ``totals`` now."""
+        base = self._base
+        prompt, cached, loaded, uncached = (totals[0] - base[0], totals[1] - base[1], totals[2] - base[2],
+                                            totals[3] - base[3])
         row: dict[str, float] = {
             "minute": minute,
             "arrivals": self._arrivals,
             "sessions_completed": self._sessions_done,
             "calls_completed": self._calls_done,
-            "prompt_tokens": self._prompt,
-            "cached_tokens": self._cached,
-            "loaded_tokens": self._loaded,
-            "uncached_tokens": self._uncached,
+            "prompt_tokens": prompt,
+            "cached_tokens": cached,
+            "loaded_tokens": loaded,
+            "uncached_tokens": uncached,
             "ttft_p50_s": median(self._ttfts),
             "first_call_wait_p50_s": median(self._first_waits),
         }
@@ -109,10 +113,10 @@ class Recorder:
         for tag, n in active_by_tag.items():
             row[f"active_{tag}"] = n
         self.minutes.append(row)
-        self._prev_prompt = self._prompt
-        self._prev_hit = self._cached + self._loaded
+        self._prev_prompt = prompt
+        self._prev_hit = cached + loaded
+        self._base = totals
         self._arrivals = self._sessions_done = self._calls_done = 0
-        self._prompt = self._cached = self._loaded = self._uncached = 0
         self._ttfts = []
         self._first_waits = []
 
@@ -156,5 +160,5 @@ class Recorder:
             "calls_done": np.array([s.calls_done for s in sessions], dtype=np.int64),
             "reference_s": np.array([s.reference_s for s in sessions], dtype=float),
             "decode_steps": np.array([s.decode_steps for s in sessions], dtype=np.int64),
-            "itl_violations": np.array([s.itl_violations for s in sessions], dtype=np.int64),
+            "itl_violations": np.array([s.itl_violations_total() for s in sessions], dtype=np.int64),
         }

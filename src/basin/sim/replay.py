@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from basin.sim.cache import RadixCache
-from basin.sim.sessions import block_key
+from basin.sim.requests import block_key
 
 
 @dataclass(frozen=True, slots=True)

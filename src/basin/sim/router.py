@@ -13,7 +13,7 @@ from typing import Final
 
 from basin.sim.decode import DecodeInstance, DecodeRoom
 from basin.sim.prefill import PrefillInstance
-from basin.sim.sessions import Request, shared_pieces
+from basin.sim.requests import Request, shared_pieces
 
 #: Cache-aware routing falls back to the shortest queue when queues differ by
 #: more than this many requests and by more than this ratio.
@@ -31,11 +31,11 @@ def choose_prefill(router: str, instances: list[PrefillInstance], loads: list[in
     it walks its cache."""
     if len(instances) == 1:
         return instances[0]
-    session = req.session
+    route = req.route
     if router == "affinity":
-        if session.last_prefill < 0:
-            session.last_prefill = session.uid % len(instances)
-        return instances[session.last_prefill]
+        if route.last_prefill < 0:
+            route.last_prefill = route.uid % len(instances)
+        return instances[route.last_prefill]
     # Each choice below is a minimum or maximum written out as a loop (no key
     # function to call per instance); a tie goes to the lowest index.
     if router == "least-loaded":
@@ -61,13 +61,13 @@ def choose_prefill(router: str, instances: list[PrefillInstance], loads: list[in
     # kept as the walks go (no list of matches): ``best`` is the first of the
     # best so far, by match, then load, then position.
     key = req.key
-    placed = session.placed_on
+    placed = route.placed_on
     best = -1
     best_tokens = 0
     for j in range(len(instances)):
         if placed >> j & 1:
             cache = instances[j].cache
-            tokens = cache.peek(key, session.cursor_for(key, cache))
+            tokens = cache.peek(key, route.cursor_for(key, cache))
             if best < 0 or _beats(tokens, loads[j], best_tokens, loads[best]):
                 best, best_tokens = j, tokens
     placed_tokens = best_tokens

@@ -11,17 +11,11 @@ trajectory says. Traces that carry block hashes are keyed by the hashes.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from basin.sim.cache import KeyCursor, MatchResult, RadixCache
+from basin.sim.cache import MatchResult
+from basin.sim.requests import Piece, Request, Route, block_key
 from basin.workload.records import Call, Session
-
-if TYPE_CHECKING:
-    from basin.sim.decode import DecodeInstance
-    from basin.sim.prefill import PrefillInstance
-
-Piece = tuple[Hashable, int]
 
 _OUT: Final = 1  # chunk id kinds, packed into one int per chunk
 _NEW: Final = 2
@@ -32,24 +26,16 @@ def _chunk_id(uid: int, call_index: int, kind: int) -> int:
     return (uid << 24) | (call_index << 2) | kind
 
 
-def shared_pieces(key: list[Piece]) -> int:
-    """How many of ``key``'s leading pieces other sessions may hold too: a
-    session's own chunks are the ints of ``_chunk_id``; a shared prefix and
-    block hashes are tuples."""
-    for j in range(len(key)):
-        if isinstance(key[j][0], int):
-            return j
-    return len(key)
-
 
 class SessionState:
-    """A session as the simulator tracks it from arrival to departure."""
+    """A session as the simulator's client tracks it from arrival to
+    departure; what the engine keeps of it between calls is its :attr:`route`."""
 
     __slots__ = (
         "uid", "record", "tag", "arrival_s", "warm", "next_call", "key", "context_tokens",
         "admitted_s", "finished_s", "shed", "terminated",
         "pin", "pin_expiry_s", "pin_instance", "inflight", "calls_done", "decode_steps",
-        "itl_violations", "reference_s", "block_tokens", "last_prefill", "placed_on", "cursors", "calls",
+        "itl_violations", "reference_s", "block_tokens", "calls", "route",
     )
 
     def __init__(self, uid: int, record: Session, tag: str, arrival_s: float, start_call: int,
@@ -70,23 +56,17 @@ class SessionState:
         self.finished_s = math.nan
         self.shed = False
         self.terminated = False
+        #: A TTL pin: the locked match and the prefill instance (index) it holds.
         self.pin: MatchResult | None = None
         self.pin_expiry_s = 0.0
-        self.pin_instance: PrefillInstance | None = None
+        self.pin_instance = -1
         self.inflight: Request | None = None
         self.calls_done = 0
+        #: Of its finished calls (a call in flight adds its own, :meth:`itl_violations_total`).
         self.decode_steps = 0
         self.itl_violations = 0
         self.reference_s = 0.0
-        self.last_prefill = -1
-        #: Bit ``i`` set: the session's own chunks may be in prefill ``i``'s
-        #: cache (it was placed there). Elsewhere only its shared pieces can hit.
-        self.placed_on = 0
-        #: Where the walk of the key ended in each cache it was inserted into
-        #: (at most one per cache; emptied when the key is rebuilt). One per
-        #: cache, not only the last: a session placed on two instances would
-        #: otherwise walk its whole conversation in the other at every call.
-        self.cursors: list[KeyCursor] = []
+        self.route = Route(uid)
         if start_call > 0:
             # Joined mid-trajectory: its context exists (uncached) up to here.
             for k in range(start_call):
@@ -97,45 +77,29 @@ class SessionState:
     def done(self) -> bool:
         return self.next_call >= len(self.calls)
 
+    def itl_violations_total(self) -> int:
+        """ITL-SLO violations of its calls so far, the call in flight's included."""
+        inflight = self.inflight
+        return self.itl_violations + (inflight.itl_violations if inflight is not None else 0)
+
+    def request(self, k: int, key: list[Piece], seq: int, now: float) -> Request:
+        """The engine's request for call ``k`` under ``key``."""
+        call = self.calls[k]
+        return Request(self.uid, self.route, k, key, seq, now, call.prompt_tokens, call.new_tokens,
+                       call.output_tokens)
+
     def advance_key(self, k: int) -> list[Piece]:
         """Make call ``k``'s key the session's own. The usual agent turn
-        extends the key in place and keeps the cache cursors: the previous
-        call, done by now, held the same list, and a copy would touch every
-        piece of the conversation at every call. Any other turn rebuilds the
-        key and drops the cursors."""
+        extends the key in place (the engine then keeps its cache cursors,
+        :meth:`Route.take_key`): the previous call, done by now, held the
+        same list, and a copy would touch every piece of the conversation at
+        every call. Any other turn rebuilds the key."""
         grown = self._turn_growth(k)
         if grown < 0:
             self.key = self._rebuilt_key(k)
-            self.cursors = []
         elif grown:
             self.key.append((_chunk_id(self.uid, k, _MERGED), grown))
         return self.key
-
-    def cursor_on(self, cache: RadixCache) -> KeyCursor | None:
-        """Where the session's key was last walked in ``cache``, if anywhere."""
-        for cursor in self.cursors:
-            if cursor.cache is cache:
-                return cursor
-        return None
-
-    def cursor_for(self, key: list[Piece], cache: RadixCache) -> KeyCursor | None:
-        """Where a walk of ``key`` in ``cache`` may start: the session's cursor
-        there when ``key`` is the session's current key (only that key is
-        known to extend the walks its cursors come from)."""
-        return self.cursor_on(cache) if key is self.key else None
-
-    def keep_cursor(self, cache: RadixCache, cursor: KeyCursor | None) -> None:
-        """Hold ``cursor`` as the session's cursor in ``cache`` (None: none is known there)."""
-        cursors = self.cursors
-        for j in range(len(cursors)):
-            if cursors[j].cache is cache:
-                if cursor is None:
-                    del cursors[j]
-                else:
-                    cursors[j] = cursor
-                return
-        if cursor is not None:
-            cursors.append(cursor)
 
     def prompt_key(self, k: int) -> list[Piece]:
         """Cache key of call ``k``'s prompt, given the key of call ``k-1``
@@ -190,50 +154,6 @@ class SessionState:
                          _chunk_id(self.uid, k, _NEW))
 
 
-def block_key(block_hashes: Sequence[int], prompt_tokens: int, block_tokens: int,
-              tail_id: Hashable) -> list[Piece]:
-    """Cache key of a prompt given by block hashes (equal hash, equal content);
-    tokens beyond the hashed blocks are private to the request."""
-    key: list[Piece] = []
-    remaining = prompt_tokens
-    for h in block_hashes:
-        if remaining <= 0:
-            break
-        n = min(block_tokens, remaining)
-        key.append((("block", h), n))
-        remaining -= n
-    if remaining > 0:
-        key.append((("tail", tail_id), remaining))
-    return key
-
-
-def queue_key(req: Request, ordered: bool) -> float:
-    """Sort key of a request in an engine queue: first-come by default; when
-    the queue is ordered, the session's fixed priority (sessions without one
-    keep their arrival order behind the prioritised ones)."""
-    if ordered:
-        return req.prio if req.prio is not None else 1e18 + req.seq
-    return float(req.seq)
-
-
-class Queued:
-    """A request's entry in an engine queue's heap (prefill, decode
-    reservation, borrowing candidates). It compares as the tuple
-    ``(key, seq)`` would, by its own method (see
-    :class:`basin.sim.events._Event` for why not a tuple)."""
-
-    __slots__ = ("key", "seq", "req")
-
-    def __init__(self, key: float, req: Request) -> None:
-        self.key = key
-        self.seq = req.seq
-        self.req = req
-
-    def __lt__(self, other: Queued) -> bool:
-        if self.key != other.key:
-            return self.key < other.key
-        return self.seq < other.seq
-
 
 def _truncate(pieces: list[Piece], n_tokens: int) -> list[Piece]:
     out: list[Piece] = []
@@ -252,50 +172,3 @@ def _truncate(pieces: list[Piece], n_tokens: int) -> list[Piece]:
     return out
 
 
-class Request:
-    """One call in flight through router, decode reservation, prefill, transfer
-    and decode."""
-
-    __slots__ = (
-        "session", "call_index", "key", "prompt", "new", "output", "prefill", "decode",
-        "issued_s", "admitted_s", "prefill_start_s", "prefill_end_s", "first_token_s",
-        "finished_s", "cached", "loaded", "uncached", "match", "alloc", "remaining",
-        "position", "reserved", "decode_steps", "join_step", "viol_at_join", "retractions",
-        "seq", "prio", "load_s", "generated", "growing", "cancelled", "itl_violations",
-    )
-
-    def __init__(self, session: SessionState, call_index: int, key: list[Piece], seq: int, now: float):
-        call = session.calls[call_index]
-        self.session = session
-        self.call_index = call_index
-        self.key = key
-        self.prompt = call.prompt_tokens
-        self.new = call.new_tokens
-        self.output = call.output_tokens
-        self.prefill: PrefillInstance | None = None
-        self.decode: DecodeInstance | None = None
-        self.issued_s = now
-        self.admitted_s = now
-        self.prefill_start_s = math.nan
-        self.prefill_end_s = math.nan
-        self.first_token_s = math.nan
-        self.finished_s = math.nan
-        self.cached = 0
-        self.loaded = 0
-        self.uncached = 0
-        self.match: MatchResult | None = None
-        self.alloc = 0
-        self.remaining = 0
-        self.position = 0
-        self.reserved = 0
-        self.decode_steps = max(self.output - 1, 0)
-        self.join_step = 0
-        self.viol_at_join = 0
-        self.retractions = 0
-        self.seq = seq
-        self.prio: float | None = None
-        self.load_s = 0.0
-        self.generated = 0
-        self.growing = False
-        self.cancelled = False
-        self.itl_violations = 0
