@@ -13,11 +13,14 @@ $(STAMP): pyproject.toml setup.py requirements-lock.txt
 	$(VENV)/bin/pip install --quiet -c requirements-lock.txt -e '.[dev]'
 	touch $(STAMP)
 
-# The real engine of the gateway's integration tests (llama.cpp + a 270M model);
-# its build is cached per machine, so only the first run pays the ~7 minutes.
+# The real engines of the integration tests, cached per machine under ~/.cache/basin-serve:
+# llama.cpp + a 270M model (the first build ~7 minutes), and vLLM's CPU build in an
+# environment of its own with a random-weight model written locally (~3 minutes).
 ENGINE_STAMP := $(VENV)/.engine
-$(ENGINE_STAMP): $(STAMP) scripts/setup_engine.sh
+$(ENGINE_STAMP): $(STAMP) scripts/setup_engine.sh scripts/setup_vllm.py scripts/build_vllm_model.py \
+		profiles/engines/vllm-cpu.yaml profiles/engines/vllm-cpu-requirements.txt
 	PYTHON=$(VENV)/bin/python scripts/setup_engine.sh
+	$(VENV)/bin/python scripts/setup_vllm.py
 	touch $(ENGINE_STAMP)
 
 # The headless browser the report tests open pages in (Debian's chromium, once per machine).
