@@ -84,8 +84,10 @@ class EngineClient:
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> EngineClient:
+        # A fresh connection a call: some servers (llama.cpp) close a streamed
+        # answer's connection, and a reused one then fails to write.
         self._session = aiohttp.ClientSession(timeout=self._timeout,
-                                              connector=aiohttp.TCPConnector(limit=0, force_close=False))
+                                              connector=aiohttp.TCPConnector(limit=0, force_close=True))
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -42,7 +42,8 @@ EXTRA_BODY: dict[str, dict[str, Any]] = {
 KV_USAGE_GAUGE = {"vllm": "vllm:kv_cache_usage_perc", "sglang": "sglang:token_usage",
                   "llamacpp": "llamacpp:kv_cache_usage_ratio"}
 #: Counters of prompt tokens served from the prefix cache, per kind.
-CACHED_COUNTER = {"vllm": "vllm:prefix_cache_hits", "sglang": "sglang:cached_tokens"}
+CACHED_COUNTER = {"vllm": "vllm:prefix_cache_hits", "sglang": "sglang:cached_tokens",
+                  "llamacpp": "llamacpp:prompt_tokens_cached"}
 EMULATOR_KV = "basin_emulator_decode_kv_tokens"
 
 

@@ -140,6 +140,8 @@ class Calibrator:
         self._start = 0.0
         self._client: EngineClient | None = None
         self._cached_counter: str | None = None
+        #: The slowest prefill seen, wall seconds per uncached token (budget forecasts).
+        self._wall_per_token = 0.0
 
     # ---------------------------------------------------------------- budget
     def _deadline(self, phase: str) -> float:
@@ -204,7 +206,7 @@ class Calibrator:
                 f"({d.sources.get('context_tokens')}); calibrate needs at least {MIN_CONTEXT_TOKENS}: start it "
                 "with a longer context (vLLM --max-model-len, llama.cpp -c per slot, SGLang --context-length)")
         self._note("probe", 0.3, "learning the tokenizer")
-        w1, w2 = 40, 400
+        w1, w2 = 20, 200
         a = await self.client.chat([{"role": "user", "content": self.text.words(w1)}], 1)
         b = await self.client.chat([{"role": "user", "content": self.text.words(w2)}], 1)
         ratio = (b.prompt_tokens - a.prompt_tokens) / (w2 - w1)
@@ -232,7 +234,7 @@ class Calibrator:
 
     async def _check_caching(self) -> None:
         self._note("probe", 0.6, "checking the prefix cache")
-        size = min(self.m.max_prompt_tokens // 2, 2048)
+        size = min(self.m.max_prompt_tokens // 2, 1024)
         prefix = self.text.text(size)
         first = await self._call(self._after_prefix(prefix, 16), 1)
         second = await self._call(self._after_prefix(prefix, 16), 1)
@@ -255,16 +257,38 @@ class Calibrator:
     def _cached_of(self, sample: CallSample, assumed: int) -> int:
         return sample.cached_tokens if sample.cached_tokens is not None else assumed
 
+    def _fits(self, phase: str, wall_s: float, essential: bool = False) -> bool:
+        """Whether a call expected to take ``wall_s`` fits in what is left of
+        ``phase``; an ``essential`` one (the first round of a fit's points) may
+        use the rest of the whole budget, so a slow engine still gets a profile."""
+        return wall_s <= self._left("kv" if essential else phase)
+
+    def _wall_prefill_s(self, uncached: int) -> float:
+        """A pessimistic wall time for prefilling ``uncached`` tokens: the slowest
+        rate per token seen so far, scaled (0 before any measurement)."""
+        return uncached * self._wall_per_token
+
+    def _seen(self, sample: CallSample) -> None:
+        new = sample.prompt_tokens - (sample.cached_tokens or 0)
+        if new >= 32:
+            self._wall_per_token = max(self._wall_per_token, sample.ttft_s / new)
+
     async def _prefill(self) -> None:
+        """Uncached prompts of several sizes and suffixes after a cached prefix,
+        one of each per round, so a short budget still measures both."""
         rows = self.m.prefill_rows
         sizes = _geometric(64, self.m.max_prompt_tokens, 6)
-        total = self.s.repeats * (len(sizes) + 4)
+        prefix_tokens = self.m.max_prompt_tokens // 2
+        prefix = self.text.text(prefix_tokens)
+        warm = await self._call(self._after_prefix(prefix, 16), 1)
+        self._seen(warm)
+        assumed = max(0, warm.prompt_tokens - 24)
+        suffixes = _geometric(32, max(64, self.m.max_prompt_tokens - warm.prompt_tokens - 64), 4)
+        total = self.s.repeats * (len(sizes) + len(suffixes))
         done = 0
-        for _rep in range(self.s.repeats):
+        for rep in range(self.s.repeats):
             for n in list(sizes):
-                if self._left("prefill") <= 0:
-                    break
-                if n > self.m.max_prompt_tokens:
+                if n > self.m.max_prompt_tokens or not self._fits("prefill", self._wall_prefill_s(n), rep == 0):
                     continue
                 try:
                     sample = await self._call(self._user(n), 1)
@@ -275,21 +299,17 @@ class Calibrator:
                                             f"to {n // 2} tokens")
                         continue
                     raise BasinInputError(f"--engine {self.s.url}: a {n}-token prompt was refused ({exc})") from None
+                self._seen(sample)
                 rows.append({"kind": "uncached", "target": n, "prompt_tokens": sample.prompt_tokens,
                              "cached_tokens": self._cached_of(sample, 0), "ttft_s": sample.first_token_s(),
                              "wall_ttft_s": sample.ttft_s})
                 done += 1
                 self._note("prefill", done / total, f"uncached {sample.prompt_tokens} tokens")
-        prefix_tokens = self.m.max_prompt_tokens // 2
-        prefix = self.text.text(prefix_tokens)
-        warm = await self._call(self._after_prefix(prefix, 16), 1)
-        assumed = max(0, warm.prompt_tokens - 24)
-        suffixes = _geometric(32, max(64, self.m.max_prompt_tokens - warm.prompt_tokens - 64), 4)
-        for _rep in range(self.s.repeats):
             for n in suffixes:
-                if self._left("prefill") <= 0:
-                    break
+                if not self._fits("prefill", self._wall_prefill_s(n + 16), rep == 0):
+                    continue
                 sample = await self._call(self._after_prefix(prefix, n), 1)
+                self._seen(sample)
                 rows.append({"kind": "cached prefix", "target": f"{prefix_tokens}+{n}",
                              "prompt_tokens": sample.prompt_tokens, "cached_tokens": self._cached_of(sample, assumed),
                              "ttft_s": sample.first_token_s(), "wall_ttft_s": sample.ttft_s})
@@ -326,11 +346,13 @@ class Calibrator:
         batches = [b for b in BATCH_SIZES if b <= (self.m.declared.max_running_requests or BATCH_SIZES[-1])]
         total = self.s.repeats * len(sizes) + 2 * len(batches)
         done = 0
-        for _rep in range(self.s.repeats):
+        wall_step = 0.0
+        for rep in range(self.s.repeats):
             for n in sizes:
-                if self._left("decode") <= 0:
-                    break
+                if not self._fits("decode", self._wall_prefill_s(n) + out * wall_step, rep == 0):
+                    continue
                 sample = await self._call(self._user(n), out)
+                wall_step = max(wall_step, (sample.latency_s - sample.ttft_s) / max(sample.output_tokens - 1, 1))
                 step = self._step(sample)
                 done += 1
                 if step is None:
@@ -349,7 +371,7 @@ class Calibrator:
         prompt = 64
         for _rep in range(2):
             for b in batches:
-                if self._left("decode") <= 0:
+                if not self._fits("decode", self._wall_prefill_s(b * prompt) + 2 * out * wall_step):
                     break
                 samples = await asyncio.gather(*(self._call_plain(self._user(prompt), out) for _ in range(b)))
                 for sample, eff in zip(samples, _effective_batch(samples)):
@@ -388,7 +410,7 @@ class Calibrator:
         probes: list[dict[str, Any]] = []
         miss = False
         cut = ""
-        per_fill_wall = self._ttft_s(size, 0) * self.m.wall_per_engine_s
+        per_fill_wall = max(self._ttft_s(size, 0) * self.m.wall_per_engine_s, self._wall_prefill_s(size))
         while len(fills) < max_fills:
             if self._left("prefix") < 2 * per_fill_wall:
                 cut = "the budget ran out before the cache did"
@@ -457,7 +479,8 @@ class Calibrator:
         wall_step = float(np.median([r["step_s"] for r in self.m.single_rows])) * self.m.wall_per_engine_s
         room = (self.m.declared.context_tokens or 10**9) - prompt - 16
         out = int(max(64, min(room, math.ceil(3.0 / max(wall_step, 1e-6)), 20_000)))
-        cost = (calls * self._ttft_s(prompt, 0) + out * wall_step / self.m.wall_per_engine_s) * self.m.wall_per_engine_s
+        cost = max(calls * self._ttft_s(prompt, 0) * self.m.wall_per_engine_s, self._wall_prefill_s(calls * prompt)) \
+            + out * wall_step
         if cost > self._left("kv"):
             record["by_load"] = f"not measured: {calls} calls of {prompt} tokens would take about {cost:.0f} s"
             self.m.notes.append(record["by_load"])
