@@ -47,8 +47,8 @@ def test_decode_fits_separate_context_from_batch() -> None:
     ctx = np.array([100, 1000, 10000, 30000], dtype=float)
     single = fit_context(ctx, 0.005 + 0.00035 + 3.3e-9 * ctx)
     assert single["per_context_token_s"] == pytest.approx(3.3e-9, rel=1e-6)
-    b = np.array([1, 2, 4, 8, 16, 32], dtype=float)
-    c = b * 200
+    b = np.array([1, 2, 4, 8, 16, 32, 16, 32], dtype=float)
+    c = b * np.array([200, 200, 200, 200, 200, 200, 2000, 2000])
     batch = fit_batch(b, c, 0.005 + 0.00035 * b + 3.3e-9 * c, single["per_context_token_s"])
     assert batch["base_s"] == pytest.approx(0.005, rel=1e-6)
     assert batch["per_request_s"] == pytest.approx(0.00035, rel=1e-6)

@@ -45,6 +45,10 @@ KV_USAGE_GAUGE = {"vllm": "vllm:kv_cache_usage_perc", "sglang": "sglang:token_us
 CACHED_COUNTER = {"vllm": "vllm:prefix_cache_hits", "sglang": "sglang:cached_tokens",
                   "llamacpp": "llamacpp:prompt_tokens_cached"}
 EMULATOR_KV = "basin_emulator_decode_kv_tokens"
+#: A histogram of each request's decode time (first token to last) by the
+#: engine's own clock: read around calls when the stream's arrival times
+#: cannot time the decode (a lagging API server sends tokens in bursts).
+DECODE_TIME_HISTOGRAM = {"vllm": "vllm:request_decode_time_seconds"}
 
 
 @dataclass

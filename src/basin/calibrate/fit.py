@@ -6,7 +6,11 @@ The formulas are the hardware profile's own (:mod:`basin.catalog.hardware`):
 - time to first token of ``u`` uncached tokens after ``p`` cached ones:
   ``c + u / linear + attention * u * (p + u / 2)``;
 - a decode step of ``B`` requests holding ``C`` context tokens in all:
-  ``base + per_request * B + per_context_token * C``.
+  ``base + per_request * B + per_context_token * C``, in two stages: the
+  context term from single calls (``B = 1``, contexts from short to the
+  longest prompt), then base and per-request cost from batches with that
+  term taken out. (Fitted in one go, a few percent of error in a batch's
+  timing moves the small context term by tens of percent.)
 
 All are linear in their unknowns, which must not be negative, so each is a
 bounded linear least-squares problem (scipy's ``lsq_linear``). Rows are

@@ -6,8 +6,10 @@
    fresh message) and after a cached prefix (the same first message, then a
    fresh one).
 3. **decode**: step time of single calls against context, then of batches of
-   concurrent calls against their size (each call's batch is how many calls
-   were in decode beside it, averaged over its own decode).
+   concurrent calls of short and of longer prompts against their size (each
+   call's batch is how many calls were in decode beside it, averaged over its
+   own decode); the context term is fitted to single calls, base and
+   per-request cost to the batches (:mod:`basin.calibrate.fit`).
 4. **prefix cache**: filled with distinct prompts, the least recently used
    one re-read after each fill; when it misses, everything is re-read from
    the newest and the cached tokens counted until the first miss: that sum is
@@ -34,6 +36,7 @@ import numpy as np
 from basin.calibrate.client import CallRefused, CallSample, EngineClient
 from basin.calibrate.engines import (
     CACHED_COUNTER,
+    DECODE_TIME_HISTOGRAM,
     EXTRA_BODY,
     KV_USAGE_GAUGE,
     Declared,
@@ -88,6 +91,7 @@ class Measured:
     kv: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     cached_source: str = "usage.prompt_tokens_details.cached_tokens"
+    decode_clock: str = "the stream's arrival times"
     observed_pages: list[int] = field(default_factory=list)
     prefill_fit: LinearFit | None = None
     context_fit: LinearFit | None = None
@@ -106,7 +110,7 @@ class Measured:
                        "declared": self.declared.record()},
             "budget_s": self.settings.budget_s, "elapsed_s": round(self.elapsed_s, 3),
             "clock": self.clock, "wall_s_per_engine_s": self.wall_per_engine_s,
-            "cached_tokens_from": self.cached_source,
+            "cached_tokens_from": self.cached_source, "decode_timed_by": self.decode_clock,
             "max_prompt_tokens": self.max_prompt_tokens,
             "tokenizer": {"tokens_per_word": self.tokens_per_word, "template_tokens": self.template_tokens},
             "prefill": {"points": grouped(self.prefill_rows, "target", ("prompt_tokens", "cached_tokens", "ttft_s")),
@@ -114,9 +118,10 @@ class Measured:
             "decode_single": {"points": grouped(self.single_rows, "target", ("prompt_tokens", "context_tokens",
                                                                              "step_s")),
                               "fit": self.context_fit.record() if self.context_fit else None},
-            "decode_batch": {"points": grouped(self.batch_rows, "batch", ("effective_batch", "context_tokens",
-                                                                          "step_s")),
-                             "fit": self.batch_fit.record() if self.batch_fit else None},
+            "decode_batch": {"points": grouped(self.batch_rows, "batch", ("effective_batch", "prompt_tokens",
+                                                                          "context_tokens", "step_s")),
+                             "fit": self.batch_fit.record() if self.batch_fit else None,
+                             "fit_rows": "the batches, their context term (from single calls) taken out"},
             "prefix_cache": self.prefix,
             "kv_capacity": self.kv,
             "notes": list(self.notes),
@@ -140,6 +145,8 @@ class Calibrator:
         self._start = 0.0
         self._client: EngineClient | None = None
         self._cached_counter: str | None = None
+        #: Calls whose decode could not be timed (their stream came in a few chunks).
+        self._untimed = 0
         #: The slowest prefill seen, wall seconds per uncached token (budget forecasts).
         self._wall_per_token = 0.0
 
@@ -319,8 +326,12 @@ class Calibrator:
         if len(rows) < 4:
             raise BasinInputError(f"--budget-s {self.s.budget_s:g}: too short to measure prefill ({len(rows)} calls "
                                   "in its share); give a longer budget")
-        self.m.prefill_fit = fit_prefill([r["prompt_tokens"] - r["cached_tokens"] for r in rows],
-                                         [r["cached_tokens"] for r in rows], [r["ttft_s"] for r in rows])
+        points = _medians(rows, "target", ("prompt_tokens", "cached_tokens", "ttft_s"))
+        if len(points) < 3:
+            raise BasinInputError(f"--budget-s {self.s.budget_s:g}: prefill was measured at {len(points)} prompt "
+                                  "length(s) in its share, 3 are needed; give a longer budget")
+        self.m.prefill_fit = fit_prefill([r["prompt_tokens"] - r["cached_tokens"] for r in points],
+                                         [r["cached_tokens"] for r in points], [r["ttft_s"] for r in points])
         if self.m.prefill_fit["s_per_token"] <= 0:
             raise BasinInputError(f"--engine {self.s.url}: time to first token did not grow with prompt length; "
                                   "the engine cannot be measured (is it answering from a cache of whole answers?)")
@@ -336,22 +347,31 @@ class Calibrator:
         return 256 if self.m.clock == "engine" else 64
 
     def _step(self, sample: CallSample) -> float | None:
+        """Mean decode step of a call; None when it cannot be timed: too short,
+        or (by the wall clock) its tokens arrived at fewer distinct times than
+        half their number, as when a lagging server sends a backlog at once,
+        which hides when decoding began."""
         steps = sample.output_tokens - 1
-        return sample.decode_s() / steps if steps >= 4 else None
+        if steps < 4:
+            return None
+        if sample.engine_decode_s is None and len(set(sample.chunk_s)) < 0.5 * sample.output_tokens:
+            self._untimed += 1
+            return None
+        return sample.decode_s() / steps
 
     async def _decode(self) -> None:
         out = self._decode_out()
         top = max(64, self.m.max_prompt_tokens - out - 64)
         sizes = _geometric(64, top, 4)
         batches = [b for b in BATCH_SIZES if b <= (self.m.declared.max_running_requests or BATCH_SIZES[-1])]
-        total = self.s.repeats * len(sizes) + 2 * len(batches)
+        total = self.s.repeats * len(sizes) + 4 * len(batches)
         done = 0
         wall_step = 0.0
         for rep in range(self.s.repeats):
             for n in sizes:
                 if not self._fits("decode", self._wall_prefill_s(n) + out * wall_step, rep == 0):
                     continue
-                sample = await self._call(self._user(n), out)
+                sample = (await self._timed_group([self._user(n)], out))[0][0]
                 wall_step = max(wall_step, (sample.latency_s - sample.ttft_s) / max(sample.output_tokens - 1, 1))
                 step = self._step(sample)
                 done += 1
@@ -366,28 +386,67 @@ class Calibrator:
             raise BasinInputError(
                 f"--engine {self.s.url}: could not time decode steps (answers shorter than 5 tokens, or too short "
                 "a --budget-s); the engine must honour max_tokens (ignore_eos where it stops early)")
-        self.m.context_fit = fit_context([r["context_tokens"] for r in self.m.single_rows],
-                                         [r["step_s"] for r in self.m.single_rows])
-        prompt = 64
+        singles = _medians(self.m.single_rows, "target", ("context_tokens", "step_s"))
+        if len(singles) < 2:
+            raise BasinInputError(
+                f"--engine {self.s.url}: decode steps were timed at {len(singles)} prompt length(s), 2 are needed "
+                f"({self._untimed} calls could not be timed); give a longer --budget-s")
+        self.m.context_fit = fit_context([r["context_tokens"] for r in singles], [r["step_s"] for r in singles])
+        # Batches of short prompts, then of longer ones: a batch may pay more
+        # per context token than a single call does (vLLM on this CPU: about
+        # 1.5x), which the per-request cost then carries at typical contexts.
+        long_prompt = max(64, min(2048, (self.m.max_prompt_tokens - out) // 8))
         for _rep in range(2):
-            for b in batches:
-                if not self._fits("decode", self._wall_prefill_s(b * prompt) + 2 * out * wall_step):
-                    break
-                samples = await asyncio.gather(*(self._call_plain(self._user(prompt), out) for _ in range(b)))
-                for sample, eff in zip(samples, _effective_batch(samples)):
-                    step = self._step(sample)
-                    if step is not None:
-                        self.m.batch_rows.append({"batch": b, "effective_batch": eff, "step_s": step,
-                                                  "context_tokens": eff * (sample.prompt_tokens
-                                                                           + sample.output_tokens / 2.0)})
-                done += 1
-                self._note("decode", done / total, f"a batch of {b}")
-        rows = self.m.batch_rows
-        if len({round(r["effective_batch"]) for r in rows}) >= 2:
-            self.m.batch_fit = fit_batch([r["effective_batch"] for r in rows], [r["context_tokens"] for r in rows],
-                                         [r["step_s"] for r in rows], self.m.context_fit["per_context_token_s"])
+            for prompt in (64, long_prompt):
+                for b in batches:
+                    if not self._fits("decode", self._wall_prefill_s(b * prompt) + 2 * out * wall_step):
+                        break
+                    samples, engine_timed = await self._timed_group([self._user(prompt) for _ in range(b)], out)
+                    # By the engine's clock the group's mean is known, not each call's own
+                    # decode span, so the batch is taken as the whole group.
+                    batch_sizes = [float(b)] * b if engine_timed else _effective_batch(samples)
+                    for sample, eff in zip(samples, batch_sizes):
+                        step = self._step(sample)
+                        if step is not None:
+                            self.m.batch_rows.append({"batch": f"{b} x {prompt}", "calls": b, "effective_batch": eff,
+                                                      "step_s": step, "prompt_tokens": sample.prompt_tokens,
+                                                      "context_tokens": eff * (sample.prompt_tokens
+                                                                               + sample.output_tokens / 2.0)})
+                    done += 1
+                    self._note("decode", done / total, f"a batch of {b} x {prompt} tokens")
+        if self._untimed:
+            self.m.notes.append(f"{self._untimed} calls left out of the decode fits: their tokens arrived at "
+                                "fewer distinct times than half their number, so their decode could not be timed")
+        groups = _medians(self.m.batch_rows, "batch", ("effective_batch", "context_tokens", "step_s"))
+        if len(groups) >= 2 and len({round(r["effective_batch"]) for r in groups}) >= 2:
+            self.m.batch_fit = fit_batch([r["effective_batch"] for r in groups], [r["context_tokens"] for r in groups],
+                                         [r["step_s"] for r in groups], self.m.context_fit["per_context_token_s"])
         else:
             self.m.notes.append("decode batches not measured (budget or a one-request engine): no per-request cost")
+
+    async def _decode_clock(self) -> tuple[float, float] | None:
+        """``(sum, count)`` of the engine's decode-time histogram, where it has one."""
+        name = DECODE_TIME_HISTOGRAM.get(self.s.kind)
+        if name is None:
+            return None
+        metrics = await scrape(self.client)
+        total, count = metric_sum(metrics, name + "_sum"), metric_sum(metrics, name + "_count")
+        return (total, count) if total is not None and count is not None else None
+
+    async def _timed_group(self, calls: list[list[Message]], max_tokens: int) -> tuple[list[CallSample], bool]:
+        """Concurrent calls; when the engine keeps a decode-time histogram each
+        call's decode time becomes the group's mean by that clock (True)."""
+        before = await self._decode_clock()
+        samples = list(await asyncio.gather(*(self._call_plain(m, max_tokens) for m in calls)))
+        after = await self._decode_clock() if before is not None else None
+        if before is None or after is None or round(after[1] - before[1]) != len(calls):
+            return samples, False
+        mean = (after[0] - before[0]) / len(calls)
+        for sample in samples:
+            if sample.engine_decode_s is None:
+                sample.engine_decode_s = mean
+        self.m.decode_clock = f"{DECODE_TIME_HISTOGRAM[self.s.kind]} (the engine's own, read around each call)"
+        return samples, True
 
     async def _call_plain(self, messages: list[Message], max_tokens: int) -> CallSample:
         """A call of a concurrent group: no counter reads around it (they would mix)."""
@@ -533,6 +592,15 @@ class Calibrator:
         else:
             record["by_load"] = "no gauge reading fell while every call was decoding"
         self._note("kv", 1.0, "done")
+
+
+def _medians(rows: list[dict[str, Any]], key: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    """One row per value of ``key`` with the median of each field: the fits
+    take each measured point once, robust to a straggling call."""
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row[key], []).append(row)
+    return [{key: k, **{f: float(np.median([r[f] for r in g])) for f in fields}} for k, g in groups.items()]
 
 
 def _effective_batch(samples: list[CallSample]) -> list[float]:

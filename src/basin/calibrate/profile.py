@@ -9,7 +9,7 @@ Which measurement sets each figure of the hardware profile:
 | ``prefill.step_overhead_s`` | 0: the fixed cost is charged once a call, in ``transfer_s`` |
 | ``prefill.prefix_cache_tokens`` | filling and re-reading; else the declared pool; else the lower bound reached |
 | ``prefill.chunk_tokens`` | the engine's declared chunk; else the longest prompt measured |
-| ``decode.step_*`` | the single-call (context) and batch fits |
+| ``decode.step_*`` | single calls (context term), then batches of short and longer prompts |
 | ``decode.kv_tokens`` | the KV gauge under load; else declared; else the prefix cache (one shared pool) |
 | ``decode.max_running_requests`` | declared; else the largest batch measured |
 | ``page_tokens`` | declared; else the largest common divisor of the cached counts seen |
@@ -62,7 +62,7 @@ def build_profile(name: str, m: Measured, itl_slo_s: float) -> CalibratedProfile
     kv, kv_from = _pick((m.kv.get("measured_tokens"), "measured: KV gauge under load"),
                         (d.kv_tokens, f"declared: {d.sources.get('kv_tokens')}"),
                         (cache, "the prefix cache's (one pool for running requests and cache)"))
-    largest_batch = max((r["batch"] for r in m.batch_rows), default=1)
+    largest_batch = max((r["calls"] for r in m.batch_rows), default=1)
     running, running_from = _pick((d.max_running_requests, f"declared: {d.sources.get('max_running_requests')}"),
                                   (largest_batch if largest_batch < BATCH_SIZES[-1] else None,
                                    "the largest batch measured"),
