@@ -88,14 +88,15 @@ async def measure(url: str, kind: str, model: str | None, text: TextMaker, singl
 
 
 def check(url: str, kind: str, profile: str, singles: list[int], batch: int, batch_prompt: int, output: int,
-          repeats: int, seed: int = 12345) -> list[dict[str, float | str | int]]:
+          repeats: int, seed: int | None = None) -> list[dict[str, float | str | int]]:
     import yaml
 
     from basin.catalog.files import named_file
 
     data = yaml.safe_load(named_file("deployments", profile).read_text(encoding="utf-8"))
     tok = data["calibration"]["tokenizer"]
-    text = TextMaker(seed)
+    # Fresh text on every run (a repeated run must not hit the last one's prompts in the cache).
+    text = TextMaker(seed if seed is not None else time.time_ns())
     text.tokens_per_word, text.overhead_tokens = float(tok["tokens_per_word"]), int(tok["template_tokens"])
     model = data["calibration"]["engine"].get("model")
     groups = asyncio.run(measure(url, kind, model, text, singles, batch, batch_prompt, output, repeats))

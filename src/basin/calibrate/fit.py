@@ -90,9 +90,17 @@ def fit_context(context_tokens: Sequence[float], step_s: Sequence[float]) -> Lin
 
 def fit_batch(batch: Sequence[float], context_tokens: Sequence[float], step_s: Sequence[float],
               per_context_token_s: float) -> LinearFit:
-    """Batched decode steps with the context term (from single calls) taken out:
-    ``step - per_context_token_s * context = base + per_request * batch``."""
+    """Batched decode steps with the context term (from single calls) held:
+    ``step = base + per_request * batch + per_context_token_s * context``,
+    weighted and with residuals relative to the whole measured step."""
     b = np.asarray(batch, dtype=float)
-    y = np.asarray(step_s, dtype=float) - per_context_token_s * np.asarray(context_tokens, dtype=float)
+    step = np.asarray(step_s, dtype=float)
+    held = per_context_token_s * np.asarray(context_tokens, dtype=float)
     x = np.column_stack([np.ones_like(b), b])
-    return fit_nonnegative(("base_s", "per_request_s"), x, np.maximum(y, 1e-9))
+    w = 1.0 / np.maximum(step, 1e-12)
+    scale = np.maximum(np.abs(x * w[:, None]).max(axis=0), 1e-300)
+    res = lsq_linear((x * w[:, None]) / scale, (step - held) * w, bounds=(0.0, np.inf), method="bvls")
+    coef = res.x / scale
+    residuals = step / np.maximum(x @ coef + held, 1e-300) - 1.0
+    return LinearFit(("base_s", "per_request_s"), tuple(float(c) for c in coef),
+                     tuple(float(r) for r in residuals))

@@ -534,10 +534,14 @@ class Calibrator:
             record["by_load"] = f"not measured: the engine exports no KV usage gauge ({gauge or 'none known'})"
             return
         calls = min(8, self.m.declared.max_running_requests or 8)
-        prompt = max(64, self.m.max_prompt_tokens - 64)
         wall_step = float(np.median([r["step_s"] for r in self.m.single_rows])) * self.m.wall_per_engine_s
-        room = (self.m.declared.context_tokens or 10**9) - prompt - 16
-        out = int(max(64, min(room, math.ceil(3.0 / max(wall_step, 1e-6)), 20_000)))
+        out = int(max(64, min(math.ceil(3.0 / max(wall_step, 1e-6)), 20_000)))
+        # All calls must run at once: within the pool the engine declares or the cache was found to hold.
+        pool = self.m.declared.kv_tokens or self.m.prefix.get("measured_tokens")
+        prompt = max(64, self.m.max_prompt_tokens - 64)
+        if pool:
+            prompt = max(64, min(prompt, int(0.7 * pool / calls) - out))
+        out = max(16, min(out, (self.m.declared.context_tokens or 10**9) - prompt - 16))
         cost = max(calls * self._ttft_s(prompt, 0) * self.m.wall_per_engine_s, self._wall_prefill_s(calls * prompt)) \
             + out * wall_step
         if cost > self._left("kv"):

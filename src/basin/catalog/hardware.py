@@ -108,3 +108,13 @@ def load_hardware(name_or_path: str) -> HardwareProfile:
         return HardwareProfile.model_validate(data)
     except ValidationError as exc:
         raise BasinInputError(validation_message(path, exc)) from None
+
+
+def hardware_origin(name_or_path: str) -> str:
+    """Where a measured profile's figures come from, for listings: the shipped
+    file (calibrated on the paper's testbed) or a ``basin calibrate`` file."""
+    path = named_file("hardware", name_or_path)
+    data = load_yaml(path)
+    if isinstance(data, dict) and data.get("kind") == "basin-calibrated-profile":
+        return f"calibrated profile {path} (basin calibrate, docs/calibrate.md)"
+    return f"measured profile profiles/hardware/{path.stem}.yaml (docs/calibration.md)"
