@@ -267,12 +267,15 @@ def test_calibrating_the_emulator_recovers_the_emulated_hardware(capsys, tmp_pat
     assert all(p["ttft_s"]["n"] >= 1 and "iqr" in p["ttft_s"] for p in cal["prefill"]["points"])
     assert cal["prefix_cache"]["measured_tokens"] and cal["prefix_cache"]["declared_tokens"] == 1089984
     assert cal["kv_capacity"]["measured_tokens"] and cal["kv_capacity"]["declared_tokens"] == 1660000
-    # the profile runs: a short simulation on it, by path
-    scenario = tmp_path / "s.yaml"
+    assert run_on_profile(capsys, tmp_path, out, {"name": "terminal-bench", "sessions": 60})["n_completed"] > 0
+
+
+def run_on_profile(capsys, tmp_path: Path, profile: Path, workload: dict) -> dict:
+    """``basin run`` for 10 simulated minutes on a calibrated profile (by path); its summary row."""
+    scenario = tmp_path / "on-profile.yaml"
     scenario.write_text(yaml.safe_dump({
-        "name": "on-calibrated", "deployment": str(out), "workload": {"name": "terminal-bench", "sessions": 60},
-        "arrivals": {"base_per_min": 3.0}, "duration_min": 10, "measure_end_min": 10}))
-    code, text, err = run_basin(capsys, "run", str(scenario), "--out", str(tmp_path / "run"), "--no-plots",
-                                "--json")
+        "name": "on-calibrated", "deployment": str(profile), "workload": workload,
+        "arrivals": {"base_per_min": 2.0}, "duration_min": 10, "measure_end_min": 10}))
+    code, text, err = run_basin(capsys, "run", str(scenario), "--out", str(tmp_path / "run"), "--no-plots", "--json")
     assert code == 0, err
-    assert json.loads(text)[0]["n_completed"] > 0
+    return json.loads(text)[0]

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import yaml
 from tests.cli_helpers import run_basin
 from tests.gateway.llama_server import llama_server
+from tests.test_calibrate import run_on_profile
 
 from basin.catalog import cache_capacity, load_deployment, load_hardware
 
@@ -33,11 +32,5 @@ def test_calibrate_llamacpp_writes_a_profile_that_basin_run_runs(capsys, tmp_pat
     assert 10 < hw.prefill.linear_tokens_per_s < 1e6 and cal["prefill"]["fit"]["relative_residuals"]
     assert cache_capacity(dep, hw).effective_tokens == hw.prefill.prefix_cache_tokens
     # The simulator runs on it: agent sessions shrunk to what two 2,048-token slots hold.
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(yaml.safe_dump({
-        "name": "on-llamacpp", "deployment": str(out),
-        "workload": {"name": "terminal-bench", "sessions": 40, "prompt": 0.003, "output": 0.1},
-        "arrivals": {"base_per_min": 2.0}, "duration_min": 10, "measure_end_min": 10}))
-    code, text, err = run_basin(capsys, "run", str(scenario), "--out", str(tmp_path / "run"), "--no-plots", "--json")
-    assert code == 0, err
-    assert json.loads(text)[0]["n_completed"] > 0
+    workload = {"name": "terminal-bench", "sessions": 40, "prompt": 0.003, "output": 0.1}
+    assert run_on_profile(capsys, tmp_path, out, workload)["n_completed"] > 0

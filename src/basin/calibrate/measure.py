@@ -393,14 +393,17 @@ class Calibrator:
                 f"({self._untimed} calls could not be timed); give a longer --budget-s")
         self.m.context_fit = fit_context([r["context_tokens"] for r in singles], [r["step_s"] for r in singles])
         # Batches of short prompts, then of longer ones: a batch may pay more
-        # per context token than a single call does (vLLM on this CPU: about
-        # 1.5x), which the per-request cost then carries at typical contexts.
+        # per context token than a single call does (vLLM on a 2-core CPU:
+        # three to four times), which the per-request cost then carries in part.
         long_prompt = max(64, min(2048, (self.m.max_prompt_tokens - out) // 8))
+        pool = self.m.declared.kv_tokens
         for _rep in range(2):
             for prompt in (64, long_prompt):
                 for b in batches:
                     if not self._fits("decode", self._wall_prefill_s(b * prompt) + 2 * out * wall_step):
                         break
+                    if pool and b * (prompt + out) > 0.7 * pool:
+                        break  # a batch the pool cannot hold at once would queue or be preempted
                     samples, engine_timed = await self._timed_group([self._user(prompt) for _ in range(b)], out)
                     # By the engine's clock the group's mean is known, not each call's own
                     # decode span, so the batch is taken as the whole group.
