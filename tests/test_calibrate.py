@@ -89,6 +89,22 @@ def test_a_calibrated_profile_is_found_by_name_in_the_user_folder(tmp_path: Path
     assert (scaled.prefill_instances, scaled.decode_instances, scaled.hardware) == (2, 4, "my-engine")
     with pytest.raises(BasinInputError, match="my-engine"):  # the hint lists user profiles
         load_deployment("my-engin")
+    # a copy under another file name is that name (BASIN's cliff profiles are looked up by it)
+    (tmp_path / "renamed.yaml").write_text(yaml.safe_dump(_calibrated("my-engine")))
+    assert load_deployment("renamed").name == "renamed"
+
+
+def test_commands_take_a_calibrated_profile_by_name(capsys, tmp_path: Path, monkeypatch) -> None:
+    from basin.emulate.config import emulator_config
+
+    monkeypatch.setenv("BASIN_PROFILES", str(tmp_path))
+    (tmp_path / "my-engine.yaml").write_text(yaml.safe_dump(_calibrated("my-engine")))
+    hardware, dep = emulator_config(deployment="my-engine").resolve()
+    assert dep.name == "my-engine" and hardware.decode.kv_tokens == 1660000
+    code, out, err = run_basin(capsys, "vulnerable", "my-engine", "--rate", "3")
+    assert code == 0 and "my-engine" in out, err
+    code, out, err = run_basin(capsys, "deployment", "show", "my-engine")
+    assert code == 0 and "calibrated profile" in out and "1P1D" in out, err
 
 
 def test_a_broken_calibrated_file_names_its_field(tmp_path: Path) -> None:

@@ -125,14 +125,17 @@ def load_deployment(name_or_path: str) -> Deployment:
 def _calibrated_deployment(path: Path, name_or_path: str, data: object) -> Deployment:
     """The deployment a calibrated profile file describes. Its hardware is the
     same file: by name when it was found by name (the user profile folder),
-    else by its absolute path, so that any process can read it again."""
+    else by its absolute path, so that any process can read it again. Found
+    by name, the deployment is named so too (whatever the file's ``name``
+    says), as BASIN's cliff profiles and critical rates look it up by name."""
     try:
         profile = CalibratedProfile.model_validate(data)
     except ValidationError as exc:
         raise BasinInputError(validation_message(path, exc)) from None
     by_name = Path(name_or_path).suffix not in (".yaml", ".yml")
     shape = profile.deployment
-    return Deployment(name=profile.name, hardware=name_or_path if by_name else str(path.resolve()),
+    return Deployment(name=name_or_path if by_name else profile.name,
+                      hardware=name_or_path if by_name else str(path.resolve()),
                       prefill_instances=shape.prefill_instances, decode_instances=shape.decode_instances,
                       host_ratio=shape.host_ratio, router=shape.router)
 
