@@ -82,6 +82,6 @@ def calibrate(
                f"request + {hw.decode.step_per_context_token_s:.3g} s a context token")
     typer.echo(f"  capacity prefix cache {hw.prefill.prefix_cache_tokens:,} tokens, KV {hw.decode.kv_tokens:,} tokens, "
                f"{hw.decode.max_running_requests} running requests")
-    shown = name if path.parent != path.parent.parent and path.suffix and not out.endswith((".yaml", ".yml")) else path
+    shown = str(path) if out.endswith((".yaml", ".yml")) else name  # a bare name is found in the user folder
     typer.echo(f"use it as: basin emulate --deployment {shown}  |  basin profile {shown}  |  a scenario's "
                f"deployment: {shown}")
