@@ -284,7 +284,7 @@ class Calibrator:
         """Uncached prompts of several sizes and suffixes after a cached prefix,
         one of each per round, so a short budget still measures both."""
         rows = self.m.prefill_rows
-        sizes = _geometric(64, self.m.max_prompt_tokens, 6)
+        sizes = _geometric(64, self.m.max_prompt_tokens, 8)
         prefix_tokens = self.m.max_prompt_tokens // 2
         prefix = self.text.text(prefix_tokens)
         warm = await self._call(self._after_prefix(prefix, 16), 1)
