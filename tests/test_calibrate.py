@@ -129,7 +129,7 @@ def test_out_refuses_a_shipped_name_and_a_bad_name(capsys) -> None:
 @contextmanager
 def fake_engine(*, usage: bool = True, caching: bool = True, report_cached: bool = True,
                 context: int | None = 8192) -> Iterator[str]:
-    """A tiny OpenAI-compatible engine: one token a word, 10 us a computed
+    """A tiny OpenAI-compatible engine: one token a word, 50 us a computed
     token; with ``caching`` the longest whole-message prefix seen before is
     not computed, and ``report_cached`` says how many tokens that was."""
     seen: list[tuple[str, ...]] = []
@@ -151,7 +151,7 @@ def fake_engine(*, usage: bool = True, caching: bool = True, report_cached: bool
                 k += 1
             hit = max(hit, sum(sizes[:k])) if caching else 0
         seen.append(contents)
-        await asyncio.sleep(0.001 + 1e-5 * (sum(sizes) - hit))
+        await asyncio.sleep(0.001 + 5e-5 * (sum(sizes) - hit))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         for _ in range(body.get("max_tokens", 1)):

@@ -56,9 +56,14 @@ def build_profile(name: str, m: Measured, itl_slo_s: float) -> CalibratedProfile
         base = max(cf["one_request_s"] - per_request, 1e-6)
     prefix = m.prefix
     measured_cache = prefix.get("measured_tokens")
-    cache, cache_from = _pick((measured_cache, "measured: filled and re-read"),
-                              (d.prefix_cache_tokens, f"declared: {d.sources.get('prefix_cache_tokens')}"),
-                              (prefix.get("measured_at_least_tokens"), "measured lower bound (budget)"))
+    try:
+        cache, cache_from = _pick((measured_cache, "measured: filled and re-read"),
+                                  (d.prefix_cache_tokens, f"declared: {d.sources.get('prefix_cache_tokens')}"),
+                                  (prefix.get("measured_at_least_tokens"), "measured lower bound (budget)"))
+    except ValueError:
+        raise BasinInputError(f"--engine {m.settings.url}: the prefix cache was not measured (no fill fitted in "
+                              f"--budget-s {m.settings.budget_s:g}) and the engine declares no size; give a "
+                              "longer budget") from None
     kv, kv_from = _pick((m.kv.get("measured_tokens"), "measured: KV gauge under load"),
                         (d.kv_tokens, f"declared: {d.sources.get('kv_tokens')}"),
                         (cache, "the prefix cache's (one pool for running requests and cache)"))
