@@ -54,6 +54,8 @@ from basin.errors import BasinInputError
 MIN_CONTEXT_TOKENS = 1024
 #: Share of the budget at which each phase ends (cumulative).
 PHASE_ENDS = {"probe": 0.08, "prefill": 0.30, "decode": 0.55, "prefix": 0.85, "kv": 1.0}
+#: How far into the budget the first round of a phase's points may run.
+ESSENTIAL_ENDS = {"prefill": 0.55, "decode": 0.85}
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 
 Message = dict[str, str]
@@ -271,9 +273,12 @@ class Calibrator:
 
     def _fits(self, phase: str, wall_s: float, essential: bool = False) -> bool:
         """Whether a call expected to take ``wall_s`` fits in what is left of
-        ``phase``; an ``essential`` one (the first round of a fit's points) may
-        use the rest of the whole budget, so a slow engine still gets a profile."""
-        return wall_s <= self._left("kv" if essential else phase)
+        ``phase``. An ``essential`` one (the first round of a fit's points) may
+        run on to a later mark (:data:`ESSENTIAL_ENDS`), so a slow engine still
+        gets a profile and prefill does not starve decode of its first round."""
+        if essential:
+            return wall_s <= self._start + self.s.budget_s * ESSENTIAL_ENDS[phase] - time.monotonic()
+        return wall_s <= self._left(phase)
 
     def _wall_prefill_s(self, uncached: int) -> float:
         """A pessimistic wall time for prefilling ``uncached`` tokens: the slowest
