@@ -30,8 +30,9 @@ ALLOWED: dict[str, set[str]] = {
     "experiments": {"catalog", "policy", "predict", "model", "metrics", "sim", "systems", "workload"},
     "gateway": {"catalog", "policy", "predict", "model", "metrics", "systems", "workload"},
     "emulate": {"catalog", "policy", "sim", "workload"},  # an engine over HTTP: never the gateway
+    "calibrate": {"catalog", "workload"},  # an HTTP client writing catalogue data: never the simulator
     "cli": {"catalog", "policy", "predict", "model", "metrics", "sim", "systems", "workload", "experiments",
-            "gateway", "emulate"},
+            "gateway", "emulate", "calibrate"},
     "__main__": {"cli"},  # `python -m basin`: the command, nothing else
 }
 for _base in BASE:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from basin.catalog.calibrated import CalibratedProfile, is_calibrated
 from basin.catalog.capacity import effective_cache_tokens
 from basin.catalog.files import close_names, named_file
 from basin.catalog.hardware import HardwareProfile, load_hardware
@@ -87,8 +89,9 @@ _SHAPE = re.compile(r"^(\d+)[pP](\d+)[dD](?:-(.+))?$")
 
 def load_deployment(name_or_path: str) -> Deployment:
     """A deployment by file name, path, or shape such as ``2P4D-h200`` (any
-    xPyD; the hardware may be a derived ``MODEL@GPU[/tpN]``). A file names
-    either ``hardware`` or ``model``, ``gpu`` and ``tp``."""
+    xPyD; the hardware may be a derived ``MODEL@GPU[/tpN]`` or a calibrated
+    profile's name). A file names either ``hardware`` or ``model``, ``gpu``
+    and ``tp``, or is a calibrated profile (:mod:`basin.catalog.calibrated`)."""
     match = _SHAPE.match(name_or_path)
     if match and not (PROFILE_DIR / "deployments" / f"{name_or_path}.yaml").exists():
         p, d, hw = match.groups()
@@ -107,6 +110,8 @@ def load_deployment(name_or_path: str) -> Deployment:
                           decode_instances=int(d), host_ratio=2.0)
     path = named_file("deployments", name_or_path)
     data = load_yaml(path)
+    if is_calibrated(data):
+        return _calibrated_deployment(path, name_or_path, data)
     try:
         if isinstance(data, dict) and "hardware" not in data and ("model" in data or "gpu" in data):
             return DescribedDeployment.model_validate(data).deployment()
@@ -115,6 +120,24 @@ def load_deployment(name_or_path: str) -> Deployment:
         raise BasinInputError(validation_message(path, exc)) from None
     except BasinInputError as exc:
         raise BasinInputError(f"{path}: {exc}") from None
+
+
+def _calibrated_deployment(path: Path, name_or_path: str, data: object) -> Deployment:
+    """The deployment a calibrated profile file describes. Its hardware is the
+    same file: by name when it was found by name (the user profile folder),
+    else by its absolute path, so that any process can read it again. Found
+    by name, the deployment is named so too (whatever the file's ``name``
+    says), as BASIN's cliff profiles and critical rates look it up by name."""
+    try:
+        profile = CalibratedProfile.model_validate(data)
+    except ValidationError as exc:
+        raise BasinInputError(validation_message(path, exc)) from None
+    by_name = Path(name_or_path).suffix not in (".yaml", ".yml")
+    shape = profile.deployment
+    return Deployment(name=name_or_path if by_name else profile.name,
+                      hardware=name_or_path if by_name else str(path.resolve()),
+                      prefill_instances=shape.prefill_instances, decode_instances=shape.decode_instances,
+                      host_ratio=shape.host_ratio, router=shape.router)
 
 
 def with_host_ratio(deployment: Deployment, host_ratio: float | None) -> Deployment:

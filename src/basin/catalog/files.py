@@ -1,4 +1,6 @@
-"""Where catalogue entries live: ``profiles/<kind>/<name>.yaml``, or a path."""
+"""Where catalogue entries live: ``profiles/<kind>/<name>.yaml``, a path, or
+(for calibrated profiles, which are both a hardware profile and a deployment)
+``<user profile folder>/<name>.yaml``."""
 
 from __future__ import annotations
 
@@ -29,9 +31,18 @@ def unknown_name_message(kind: str, name: str, known: list[str], also: str = "or
     return f"unknown {kind} '{name}': {hint}use one of {', '.join(known) or '(none shipped)'} {also}".rstrip()
 
 
+def user_profile_names() -> list[str]:
+    """Names of the calibrated profiles in the user profile folder."""
+    from basin.catalog.calibrated import user_profile_dir
+
+    folder = user_profile_dir()
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
 def named_file(kind: str, name_or_path: str) -> Path:
     """The YAML file of a catalogue entry (``kind`` is a folder of
-    ``profiles/``: hardware, deployments), by name or path."""
+    ``profiles/``: hardware, deployments), by name or path; a name not shipped
+    is looked up in the user profile folder (calibrated profiles)."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") and path.exists():
         return path
@@ -41,5 +52,11 @@ def named_file(kind: str, name_or_path: str) -> Path:
     entry = kind.removesuffix("s")  # "deployments" -> "deployment"; "hardware" stays
     if path.suffix in (".yaml", ".yml"):
         raise BasinInputError(f"{path}: {entry} file not found")
-    known = sorted(p.stem for p in (PROFILE_DIR / kind).glob("*.yaml"))
+    if path.name == name_or_path and name_or_path:
+        from basin.catalog.calibrated import user_profile_dir
+
+        mine = user_profile_dir() / f"{name_or_path}.yaml"
+        if mine.is_file():
+            return mine
+    known = sorted(p.stem for p in (PROFILE_DIR / kind).glob("*.yaml")) + user_profile_names()
     raise BasinInputError(unknown_name_message(entry, name_or_path, known))

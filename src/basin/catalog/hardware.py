@@ -88,14 +88,33 @@ class HardwareProfile(_Frozen):
 
 
 def load_hardware(name_or_path: str) -> HardwareProfile:
-    """A measured profile by name or path, or a derived one named
-    ``MODEL@GPU[/tpN]`` (:mod:`basin.catalog.roofline`)."""
+    """A measured profile by name or path (a calibrated profile's file gives
+    its ``hardware``), or a derived one named ``MODEL@GPU[/tpN]``
+    (:mod:`basin.catalog.roofline`)."""
     if "@" in name_or_path:
         from basin.catalog.roofline import derived_hardware
 
         return derived_hardware(name_or_path)
     path = named_file("hardware", name_or_path)
+    data = load_yaml(path)
+    if isinstance(data, dict) and data.get("kind") == "basin-calibrated-profile":
+        from basin.catalog.calibrated import CalibratedProfile
+
+        try:
+            return CalibratedProfile.model_validate(data).hardware
+        except ValidationError as exc:
+            raise BasinInputError(validation_message(path, exc)) from None
     try:
-        return HardwareProfile.model_validate(load_yaml(path))
+        return HardwareProfile.model_validate(data)
     except ValidationError as exc:
         raise BasinInputError(validation_message(path, exc)) from None
+
+
+def hardware_origin(name_or_path: str) -> str:
+    """Where a measured profile's figures come from, for listings: the shipped
+    file (calibrated on the paper's testbed) or a ``basin calibrate`` file."""
+    path = named_file("hardware", name_or_path)
+    data = load_yaml(path)
+    if isinstance(data, dict) and data.get("kind") == "basin-calibrated-profile":
+        return f"calibrated profile {path} (basin calibrate, docs/calibrate.md)"
+    return f"measured profile profiles/hardware/{path.stem}.yaml (docs/calibration.md)"

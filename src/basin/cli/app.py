@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "vulnerable": ("vulnerable", "vulnerable"),
     "deployment": ("deployment", "app"),
     "emulate": ("emulate", "emulate"),
+    "calibrate": ("calibrate", "calibrate"),
     "sweep": ("sweep", "sweep"),
     "report": ("report", "report"),
     "tune": ("tune", "tune"),

@@ -15,6 +15,7 @@ app = typer.Typer(help="Deployments: shipped, from a file, or described as model
 def deployment_info(name_or_file: str, host_ratio: float | None = None) -> dict[str, Any]:
     """Everything ``show`` prints, as plain values."""
     from basin.catalog import cache_capacity, critical_rate, load_deployment, load_hardware, with_host_ratio
+    from basin.catalog.hardware import hardware_origin
     from basin.catalog.roofline import compare_to_measured, describe, parse_hardware_name
 
     dep = with_host_ratio(load_deployment(name_or_file), host_ratio)
@@ -30,7 +31,7 @@ def deployment_info(name_or_file: str, host_ratio: float | None = None) -> dict[
     }
     if parsed is None:
         info["source"] = "measured"
-        origin = f"measured profile profiles/hardware/{hw.name}.yaml (docs/calibration.md)"
+        origin = hardware_origin(dep.hardware)
         dump = hw.model_dump()
         info["figures"] = [{"field": f"{section}.{k}" if section else k, "value": v, "origin": origin}
                            for section, part in (("prefill", dump["prefill"]), ("decode", dump["decode"]),

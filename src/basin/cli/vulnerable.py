@@ -78,11 +78,12 @@ def _default_rate(dep: Deployment, workload: str, d_star: float) -> tuple[float,
 
 
 def _hardware_source(hardware: str) -> str:
+    from basin.catalog.hardware import hardware_origin
     from basin.catalog.roofline import describe, parse_hardware_name
 
     parsed = parse_hardware_name(hardware)
     if parsed is None:
-        return f"measured profile profiles/hardware/{hardware}.yaml"
+        return hardware_origin(hardware).removesuffix(" (docs/calibration.md)")
     d = describe(*parsed)
     return (f"{d.model.name} on {d.gpu.name} x tp {d.tp}: "
             + ("measured profile" if d.source == "calibrated" else "roofline (basin deployment show)"))

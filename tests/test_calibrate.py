@@ -1,0 +1,297 @@
+"""`basin calibrate`: fits, finding a calibrated profile by name or path, the
+engines it refuses (one line, exit 2), and the round trip through `basin
+emulate`: calibrating the emulator recovers the emulated hardware's figures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from aiohttp import web
+from tests.cli_helpers import run_basin
+from tests.support.local_app import start_app
+
+from basin.calibrate.fit import fit_batch, fit_context, fit_prefill, spread
+from basin.catalog import load_deployment, load_hardware
+from basin.errors import BasinInputError
+
+# ----------------------------------------------------------------------------- fits
+
+
+def test_prefill_fit_recovers_known_costs_and_keeps_residuals() -> None:
+    rng = np.random.default_rng(1)
+    u = np.array([64, 256, 1024, 4096, 16384, 32, 512, 8192], dtype=float)
+    p = np.array([0, 0, 0, 0, 0, 16000, 16000, 16000], dtype=float)
+    truth = 0.014 + u / 36000 + 2.24e-10 * u * (p + u / 2)
+    fit = fit_prefill(u, p, truth * (1 + rng.normal(0, 0.01, len(u))))
+    assert fit["fixed_s"] == pytest.approx(0.014, rel=0.1)
+    assert 1 / fit["s_per_token"] == pytest.approx(36000, rel=0.05)
+    assert fit["attention_s_per_token_position"] == pytest.approx(2.24e-10, rel=0.15)
+    assert len(fit.residuals) == len(u) and 0 < fit.rms_residual < 0.05
+
+
+def test_decode_fits_separate_context_from_batch() -> None:
+    ctx = np.array([100, 1000, 10000, 30000], dtype=float)
+    single = fit_context(ctx, 0.005 + 0.00035 + 3.3e-9 * ctx)
+    assert single["per_context_token_s"] == pytest.approx(3.3e-9, rel=1e-6)
+    b = np.array([1, 2, 4, 8, 16, 32, 16, 32], dtype=float)
+    c = b * np.array([200, 200, 200, 200, 200, 200, 2000, 2000])
+    batch = fit_batch(b, c, 0.005 + 0.00035 * b + 3.3e-9 * c, single["per_context_token_s"])
+    assert batch["base_s"] == pytest.approx(0.005, rel=1e-6)
+    assert batch["per_request_s"] == pytest.approx(0.00035, rel=1e-6)
+
+
+def test_spread_reports_median_and_iqr() -> None:
+    s = spread([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert s["median"] == 3.0 and s["iqr"] == 2.0 and s["n"] == 5 and s["samples"][-1] == 100.0
+
+
+# ----------------------------------------------------------------------------- the catalogue
+
+
+def _calibrated(name: str) -> dict:
+    hw = yaml.safe_load((Path(__file__).parents[1] / "profiles" / "hardware" / "h100-nvl.yaml").read_text())
+    hw["name"] = name
+    return {"kind": "basin-calibrated-profile", "version": 1, "name": name, "hardware": hw,
+            "deployment": {"prefill_instances": 1, "decode_instances": 1, "host_ratio": 0.0},
+            "calibration": {"note": "test"}}
+
+
+def test_a_calibrated_file_is_a_deployment_and_its_hardware_by_path(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(_calibrated("mine")))
+    dep = load_deployment(str(path))
+    assert (dep.name, dep.shape, dep.host_ratio) == ("mine", "1P1D", 0.0)
+    assert Path(dep.hardware) == path.resolve()
+    assert load_hardware(dep.hardware).decode.kv_tokens == 1660000
+    assert load_hardware(str(path)).name == "mine"
+
+
+def test_a_calibrated_profile_is_found_by_name_in_the_user_folder(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("BASIN_PROFILES", str(tmp_path))
+    (tmp_path / "my-engine.yaml").write_text(yaml.safe_dump(_calibrated("my-engine")))
+    dep = load_deployment("my-engine")
+    assert dep.hardware == "my-engine" and load_hardware("my-engine").prefill.chunk_tokens == 8192
+    scaled = load_deployment("2P4D-my-engine")  # a shape of it, as for any hardware
+    assert (scaled.prefill_instances, scaled.decode_instances, scaled.hardware) == (2, 4, "my-engine")
+    with pytest.raises(BasinInputError, match="my-engine"):  # the hint lists user profiles
+        load_deployment("my-engin")
+    # a copy under another file name is that name (BASIN's cliff profiles are looked up by it)
+    (tmp_path / "renamed.yaml").write_text(yaml.safe_dump(_calibrated("my-engine")))
+    assert load_deployment("renamed").name == "renamed"
+
+
+def test_commands_take_a_calibrated_profile_by_name(capsys, tmp_path: Path, monkeypatch) -> None:
+    from basin.emulate.config import emulator_config
+
+    monkeypatch.setenv("BASIN_PROFILES", str(tmp_path))
+    (tmp_path / "my-engine.yaml").write_text(yaml.safe_dump(_calibrated("my-engine")))
+    hardware, dep = emulator_config(deployment="my-engine").resolve()
+    assert dep.name == "my-engine" and hardware.decode.kv_tokens == 1660000
+    code, out, err = run_basin(capsys, "vulnerable", "my-engine", "--rate", "3")
+    assert code == 0 and "my-engine" in out, err
+    code, out, err = run_basin(capsys, "deployment", "show", "my-engine")
+    assert code == 0 and "calibrated profile" in out and "1P1D" in out, err
+
+
+def test_a_broken_calibrated_file_names_its_field(tmp_path: Path) -> None:
+    data = _calibrated("bad")
+    data["hardware"]["decode"]["kv_tokens"] = -5
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(BasinInputError, match="kv_tokens"):
+        load_deployment(str(path))
+
+
+def test_out_refuses_a_shipped_name_and_a_bad_name(capsys) -> None:
+    code, _, err = run_basin(capsys, "calibrate", "--engine", "http://127.0.0.1:9", "--out", "h200")
+    assert code == 2 and "--out h200" in err and "shipped" in err
+    code, _, err = run_basin(capsys, "calibrate", "--engine", "http://127.0.0.1:9", "--out", "a/b")
+    assert code == 2 and "--out" in err and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- engines it refuses
+
+
+@contextmanager
+def fake_engine(*, usage: bool = True, caching: bool = True, report_cached: bool = True,
+                context: int | None = 8192) -> Iterator[str]:
+    """A tiny OpenAI-compatible engine: one token a word, 50 us a computed
+    token; with ``caching`` the longest whole-message prefix seen before is
+    not computed, and ``report_cached`` says how many tokens that was."""
+    seen: list[tuple[str, ...]] = []
+
+    async def models(_request: web.Request) -> web.Response:
+        entry: dict = {"id": "fake"}
+        if context is not None:
+            entry["max_model_len"] = context
+        return web.json_response({"data": [entry]})
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        contents = tuple(m["content"] for m in body["messages"])
+        sizes = [len(c.split()) for c in contents]
+        hit = 0
+        for old in seen:
+            k = 0
+            while k < min(len(old), len(contents)) and old[k] == contents[k]:
+                k += 1
+            hit = max(hit, sum(sizes[:k])) if caching else 0
+        seen.append(contents)
+        await asyncio.sleep(0.001 + 5e-5 * (sum(sizes) - hit))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for _ in range(body.get("max_tokens", 1)):
+            await resp.write(b'data: {"choices": [{"delta": {"content": " x"}}]}\n\n')
+            await asyncio.sleep(0.001)
+        last: dict = {"choices": []}
+        if usage:
+            last["usage"] = {"prompt_tokens": sum(sizes), "completion_tokens": body.get("max_tokens", 1)}
+            if report_cached:
+                last["usage"]["prompt_tokens_details"] = {"cached_tokens": hit}
+        await resp.write(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/chat/completions", chat)
+    loop = asyncio.new_event_loop()
+    started: dict = {}
+    ready = threading.Event()
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        runner, url = loop.run_until_complete(start_app(app))
+        started.update(runner=runner, url=url)
+        ready.set()
+        loop.run_forever()
+        loop.run_until_complete(runner.cleanup())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    ready.wait(10)
+    try:
+        yield started["url"]
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("engine, says", [
+    ({"usage": False}, "no usage.prompt_tokens"),
+    ({"caching": False}, "prefix caching is off"),
+    ({"caching": False, "report_cached": False}, "prefix caching looks off"),
+    ({"context": 512}, "context length is 512 tokens"),
+])
+def test_an_engine_that_cannot_be_measured_is_refused_in_one_line(capsys, tmp_path, engine, says) -> None:
+    out = tmp_path / "p.yaml"
+    with fake_engine(**engine) as url:
+        code, _, err = run_basin(capsys, "calibrate", "--engine", url, "--out", str(out), "--budget-s", "30")
+    assert code == 2, err
+    assert says in err and "Traceback" not in err and not out.exists()
+
+
+def test_an_unreachable_engine_is_refused_in_one_line(capsys, tmp_path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    code, _, err = run_basin(capsys, "calibrate", "--engine", url, "--out", str(tmp_path / "p.yaml"))
+    assert code == 2 and "cannot reach the engine" in err and url in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--engine-kind", "tgi"], "--engine-kind"),
+    (["--budget-s", "1"], "--budget-s"),
+    (["--max-prompt-tokens", "10"], "--max-prompt-tokens"),
+    (["--itl-slo-s", "0"], "--itl-slo-s"),
+])
+def test_bad_flags_exit_2_naming_them(capsys, tmp_path, args, says) -> None:
+    code, _, err = run_basin(capsys, "calibrate", "--engine", "http://127.0.0.1:9", "--out",
+                             str(tmp_path / "p.yaml"), *args)
+    assert code == 2 and says in err and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- round trip
+
+
+@contextmanager
+def emulator(deployment: str, speed: float, style: str = "vllm") -> Iterator[str]:
+    port = _closed_port()
+    proc = subprocess.Popen([sys.executable, "-m", "basin", "emulate", "--deployment", deployment, "--speed",
+                             str(speed), "--metrics-style", style, "--listen", f"127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("basin emulate did not start")
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_calibrating_the_emulator_recovers_the_emulated_hardware(capsys, tmp_path) -> None:
+    """1P1D-H100 (GPU-only) emulated at 20x: every fitted figure within 10% of its profile."""
+    out = tmp_path / "emu.yaml"
+    with emulator("1p1d-h100", 20) as url:
+        code, text, err = run_basin(capsys, "calibrate", "--engine", url, "--engine-kind", "vllm", "--out",
+                                    str(out), "--budget-s", "180")
+    assert code == 0, err
+    assert "wrote" in text and out.is_file()
+    truth = load_hardware("h100-nvl")
+    got = load_hardware(str(out))
+    pairs = {
+        "prefill tokens/s": (got.prefill.linear_tokens_per_s, truth.prefill.linear_tokens_per_s),
+        "prefill attention": (got.prefill.attention_s_per_token_position,
+                              truth.prefill.attention_s_per_token_position),
+        "fixed per call": (got.transfer_s, truth.transfer_s + truth.prefill.step_overhead_s),
+        "decode base": (got.decode.step_base_s, truth.decode.step_base_s),
+        "decode per request": (got.decode.step_per_request_s, truth.decode.step_per_request_s),
+        "decode per context token": (got.decode.step_per_context_token_s, truth.decode.step_per_context_token_s),
+        "prefix cache": (got.prefill.prefix_cache_tokens, truth.prefill.prefix_cache_tokens),
+        "KV": (got.decode.kv_tokens, truth.decode.kv_tokens),
+    }
+    off = {k: g / t - 1 for k, (g, t) in pairs.items()}
+    assert all(abs(v) <= 0.10 for v in off.values()), off
+    data = yaml.safe_load(out.read_text())
+    cal = data["calibration"]
+    assert cal["clock"] == "engine" and cal["prefill"]["fit"]["relative_residuals"]
+    assert all(p["ttft_s"]["n"] >= 1 and "iqr" in p["ttft_s"] for p in cal["prefill"]["points"])
+    assert cal["prefix_cache"]["measured_tokens"] and cal["prefix_cache"]["declared_tokens"] == 1089984
+    assert cal["kv_capacity"]["measured_tokens"] and cal["kv_capacity"]["declared_tokens"] == 1660000
+    assert run_on_profile(capsys, tmp_path, out, {"name": "terminal-bench", "sessions": 60})["n_completed"] > 0
+
+
+def run_on_profile(capsys, tmp_path: Path, profile: Path, workload: dict) -> dict:
+    """``basin run`` for 10 simulated minutes on a calibrated profile (by path); its summary row."""
+    scenario = tmp_path / "on-profile.yaml"
+    scenario.write_text(yaml.safe_dump({
+        "name": "on-calibrated", "deployment": str(profile), "workload": workload,
+        "arrivals": {"base_per_min": 2.0}, "duration_min": 10, "measure_end_min": 10}))
+    code, text, err = run_basin(capsys, "run", str(scenario), "--out", str(tmp_path / "run"), "--no-plots", "--json")
+    assert code == 0, err
+    return json.loads(text)[0]
