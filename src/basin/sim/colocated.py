@@ -53,16 +53,22 @@ counters leave out the recomputation after a preemption).
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
+from typing import NoReturn
 
-from basin.catalog import DecodeProfile, PrefillProfile
-from basin.sim.cache import RadixCache
+from basin.catalog import DecodeProfile, Deployment, HardwareProfile, PrefillProfile
+from basin.policy.driver import EngineFigures
+from basin.sim.cache import MatchResult, RadixCache
+from basin.sim.cluster import DecodeFigures, PrefillFigures
 from basin.sim.costs import DecodeCosts, PrefillCosts
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.invariants import InvariantViolation, RequestNeverFits, require
-from basin.sim.requests import Queued, Request, queue_key
+from basin.sim.requests import Piece, Queued, Request, Route, queue_key
 
 #: What one step does: the requests that decode a token, and the prefill
 #: chunks ``(request, tokens)``.
@@ -74,7 +80,8 @@ class ColocatedInstance:
 
     def __init__(self, index: int, prefill: PrefillProfile, decode: DecodeProfile, cache: RadixCache,
                  loop: EventLoop, on_first_token: Callable[[Request], None],
-                 on_finished: Callable[[Request], None], *, max_running: int | None = None):
+                 on_finished: Callable[[Request], None], *, max_running: int | None = None,
+                 itl_slo_s: float = math.inf):
         if cache.host_capacity:
             raise ValueError("a colocated instance's pool has no host tier")
         self.index = index
@@ -101,6 +108,9 @@ class ColocatedInstance:
         self.prompt_tokens_total = 0
         self.cached_tokens_total = 0
         self.preemptions = 0
+        #: A decode step longer than this counts as an ITL violation for each request it decodes.
+        self.itl_slo_s = itl_slo_s
+        self.last_step_s = 0.0
 
     # ----------------------------------------------------------------- calls
     def submit(self, req: Request) -> None:
@@ -125,6 +135,11 @@ class ColocatedInstance:
                 req.cancelled = True
                 return True
         return False
+
+    def kick(self) -> None:
+        """Pool space was freed outside a step (a pin let go): schedule if idle."""
+        if not self.busy:
+            self._start_step()
 
     def set_ordered(self, ordered: bool) -> None:
         if ordered == self.ordered:
@@ -180,6 +195,10 @@ class ColocatedInstance:
         for req, take in chunks:
             step_s += self.prefill_costs.tokens_cost_s(take, req.position)
         self.busy = True
+        self.last_step_s = step_s
+        if step_s > self.itl_slo_s:
+            for req in decoding:
+                req.itl_violations += 1
         self.loop.at(now + step_s, ENGINE, self._end_step_handler, (decoding, chunks))
 
     def _admit(self, req: Request, now: float) -> bool:
@@ -338,6 +357,11 @@ class ColocatedInstance:
 
     # --------------------------------------------------------------- figures
     @property
+    def backlog_tokens(self) -> int:
+        """Prompt tokens waiting or still to prefill."""
+        return sum(e.req.prompt for e in self.queue) + sum(r.remaining for r in self.running)
+
+    @property
     def held_tokens(self) -> int:
         """Pool tokens the running requests hold (vLLM's KV use: not the idle cached prefixes)."""
         return self.cache.inflight + sum(self.cache.locked_device_tokens(r.match)
@@ -354,3 +378,228 @@ class ColocatedInstance:
             raise InvariantViolation("INFLIGHT", f"instance {self.index}: requests hold {inflight} in-flight "
                                      f"tokens, the pool counts {self.cache.inflight}")
         self.cache.check()
+
+
+# ============================================================================
+# the engine core of a colocated deployment
+
+
+@dataclass(frozen=True, slots=True)
+class ColocatedTopology:
+    """``instances`` colocated servers, each with one KV pool of
+    ``pool_tokens`` (the prefix cache a server has when nothing runs); a call
+    goes to its session's server, a session's first call to the least loaded."""
+
+    instances: int
+    pool_tokens: int
+
+    @classmethod
+    def of(cls, deployment: Deployment, hardware: HardwareProfile) -> ColocatedTopology:
+        return cls(deployment.prefill_instances, hardware.prefill.prefix_cache_tokens)
+
+
+class ColocatedCluster:
+    """The engine core (:class:`basin.sim.cluster.Cluster`'s calls) over
+    colocated servers. What PD needs an engine change for is how a colocated
+    server works anyway: no decode memory is reserved ahead, idle KV is the
+    prefix cache, and prefill and decode share each step; so lending,
+    reservation at prefill completion and prefill borrowing are accepted and
+    change nothing."""
+
+    def __init__(self, hardware: HardwareProfile, topology: ColocatedTopology, *,
+                 on_first_token: Callable[[Request], None], on_finished: Callable[[Request], None],
+                 hit_window_calls: int = 0):
+        self.hardware = hardware
+        self.topology = topology
+        self.loop = EventLoop()
+        self.on_first_token = on_first_token
+        self.on_finished = on_finished
+        self.instances = [
+            ColocatedInstance(i, hardware.prefill, hardware.decode,
+                              RadixCache(topology.pool_tokens, 0, hardware.page_tokens), self.loop,
+                              self._first_token, self._finished, itl_slo_s=hardware.itl_slo_s)
+            for i in range(topology.instances)
+        ]
+        self.reserve_at_completion = True
+        self.lent_tier = None
+        self.lending_on = False
+        self.lend_cap_fraction = 0.0
+        self._seq = 0
+        self._recent: list[deque[tuple[int, int]]] = (
+            [deque(maxlen=hit_window_calls) for _ in self.instances] if hit_window_calls > 0 else [])
+
+    # ------------------------------------------------------------------ time
+    @property
+    def now(self) -> float:
+        return self.loop.now
+
+    def advance(self, sim_s: float) -> None:
+        self.loop.run(max(sim_s, self.loop.now))
+
+    @property
+    def next_due_s(self) -> float | None:
+        return self.loop.next_event_s
+
+    def stop(self) -> None:
+        self.loop.discard_pending()
+        for inst in self.instances:
+            inst.on_first_token = inst.on_finished = _stopped
+        self.on_first_token = self.on_finished = _stopped
+
+    # ----------------------------------------------------------------- calls
+    def submit(self, session: int, key: list[Piece], prompt_tokens: int, new_tokens: int, output_tokens: int,
+               priority: float | None, *, route: Route | None = None, call_index: int = 0) -> Request:
+        if route is None:
+            route = Route(session)
+        route.take_key(key)
+        self._seq += 1
+        req = Request(session, route, call_index, key, self._seq, self.loop.now, prompt_tokens, new_tokens,
+                      output_tokens)
+        req.prio = priority
+        home = route.last_prefill
+        if home < 0:
+            home = min(range(len(self.instances)),
+                       key=lambda i: (len(self.instances[i].queue) + len(self.instances[i].running), i))
+        route.last_prefill = home
+        route.placed_on |= 1 << home
+        self.instances[home].submit(req)
+        return req
+
+    def withdraw(self, req: Request) -> bool:
+        return self.instances[req.prefill].withdraw(req)
+
+    def set_ordered(self, on: bool) -> None:
+        for inst in self.instances:
+            inst.set_ordered(on)
+
+    def preload(self, route: Route, key: list[Piece], last_touch_s: float) -> None:
+        """A warm start: ``key`` cached on the session's server."""
+        route.take_key(key)
+        home = self.instances[route.uid % len(self.instances)]
+        route.last_prefill = home.index
+        route.placed_on |= 1 << home.index
+        route.keep_cursor(home.cache, home.cache.insert(key, last_touch_s, 0))
+
+    def pin(self, req: Request) -> MatchResult:
+        cache = self.instances[req.prefill].cache
+        m = cache.match(req.key, self.loop.now, req.route.cursor_for(req.key, cache), req.prompt)
+        cache.lock(m)
+        return m
+
+    def unpin(self, instance: int, pin: MatchResult) -> None:
+        inst = self.instances[instance]
+        inst.cache.unlock(pin)
+        if not inst.busy:
+            inst.kick()
+
+    # Mechanisms that a colocated server has by construction (see the class).
+    def wire_lending(self, cap_fraction: float) -> None:
+        self.lend_cap_fraction = cap_fraction
+
+    def set_lending(self, on: bool) -> None:
+        self.lending_on = on
+
+    def set_lend_cap(self, cap_fraction: float) -> None:
+        self.lend_cap_fraction = cap_fraction
+
+    @property
+    def lent_tokens(self) -> int:
+        return 0
+
+    def drop_unit_unless_extended(self, uid: int, key: list[Piece]) -> None:
+        return None
+
+    def _first_token(self, req: Request) -> None:
+        if self._recent:
+            self._recent[req.prefill].append((req.prompt, req.cached))
+        self.on_first_token(req)
+
+    def _finished(self, req: Request) -> None:
+        self.on_finished(req)
+
+    # =============================================================== figures
+    def prefill_totals(self) -> tuple[int, int, int, int]:
+        prompt = sum(i.prompt_tokens_total for i in self.instances)
+        cached = sum(i.cached_tokens_total for i in self.instances)
+        return prompt, cached, 0, prompt - cached
+
+    def engine_figures(self, hit_rate: float) -> EngineFigures:
+        pool = self.topology.pool_tokens * len(self.instances)
+        held = sum(i.held_tokens for i in self.instances)
+        return EngineFigures(
+            hit_rate=hit_rate,
+            prefill_queue_requests=sum(len(i.queue) for i in self.instances),
+            prefill_backlog_tokens=sum(i.backlog_tokens for i in self.instances),
+            decode_wait_requests=0,
+            decode_used_fraction=held / pool,
+            gpu_cache_tokens=pool,
+            host_cache_tokens=0,
+            effective_cache_tokens=pool,
+            lent_cache_tokens=0,
+            decode_kv_tokens=pool,
+        )
+
+    def gauges(self) -> dict[str, float]:
+        pool = self.topology.pool_tokens * len(self.instances)
+        return {
+            "cache_capacity_tokens": pool,
+            "host_capacity_tokens": 0,
+            "decode_kv_decoding_tokens": sum(i.held_tokens for i in self.instances),
+            "decode_kv_reserved_idle_tokens": 0,
+            "decode_kv_capacity_tokens": pool,
+            "decode_kv_lent_tokens": 0,
+            "prefill_queue_len": sum(len(i.queue) for i in self.instances),
+            "decode_wait_len": 0,
+            "decode_running": sum(len(i.running) for i in self.instances),
+        }
+
+    @property
+    def smallest_pool_tokens(self) -> int:
+        return self.topology.pool_tokens
+
+    @property
+    def smallest_kv_tokens(self) -> int:
+        return self.topology.pool_tokens
+
+    @property
+    def decode_kv_tokens(self) -> int:
+        return self.topology.pool_tokens * len(self.instances)
+
+    def prefill_figures(self) -> list[PrefillFigures]:
+        """Each server as the emulator's metrics read a prefill instance."""
+        out = []
+        for i in self.instances:
+            recent = self._recent[i.index] if self._recent else ()
+            asked = sum(n for n, _ in recent)
+            out.append(PrefillFigures(
+                index=i.index, queue_requests=len(i.queue), running_requests=len(i.running),
+                pool_tokens=i.cache.device_capacity,
+                pool_used_fraction=min(1.0, i.held_tokens / i.cache.device_capacity),
+                host_tokens=0, prompt_tokens_total=i.prompt_tokens_total, cached_tokens_total=i.cached_tokens_total,
+                recent_hit_rate=sum(k for _, k in recent) / asked if asked else 0.0))
+        return out
+
+    def decode_figures(self) -> list[DecodeFigures]:
+        """Each server as the emulator's metrics read a decode instance (nothing waits for memory apart)."""
+        return [DecodeFigures(index=i.index, running_requests=sum(1 for r in i.running if r.remaining <= 0),
+                              joining_requests=0, memory_wait_requests=0, transfer_requests=0,
+                              kv_tokens=i.cache.device_capacity,
+                              kv_used_fraction=min(1.0, i.held_tokens / i.cache.device_capacity), lent_tokens=0)
+                for i in self.instances]
+
+    def cache_stats(self) -> list[dict[str, int]]:
+        """Each server's pool counters (a run's ``cache_stats``)."""
+        return [dataclasses.asdict(i.cache.stats) for i in self.instances]
+
+    def generated_tokens(self, req: Request) -> int:
+        if not math.isnan(req.finished_s):
+            return req.output
+        return req.generated
+
+    def step_s(self, req: Request) -> float:
+        inst = self.instances[req.prefill] if req.prefill >= 0 else self.instances[0]
+        return inst.last_step_s
+
+
+def _stopped(*_: object) -> NoReturn:
+    raise RuntimeError("the engine was stopped: its run is over")
