@@ -449,3 +449,20 @@ def test_with_host_room_to_spare_every_device_node_is_backed_up():
     on_device = [n for n in cache.nodes() if n.on_device]
     assert len(on_device) > 5 and cache.stats.evicted_device_tokens > 0 and cache.stats.loaded_tokens > 0
     assert all(n.on_host for n in on_device)
+
+
+def test_keys_diverging_inside_the_first_page_match_nothing():
+    """A shared prefix shorter than a page, then two sessions' own chunks:
+    the second session's walk stops inside the first page and keeps no
+    tokens (the walk back to a page boundary ends at the root)."""
+    cache = RadixCache(device_tokens=10_000, page_tokens=128)
+    first = [(("system",), 79), (1, 12), (2, 200)]
+    assert cache.allocate(291)
+    cache.insert(first, 0.0, 291)
+    other = [(("system",), 79), (3, 12), (4, 100)]
+    m = cache.match(other, 1.0)
+    assert (m.device_tokens, m.host_tokens) == (0, 0)
+    assert m.last_node is cache.root
+    same_start = [(("system",), 79), (1, 12), (5, 100)]
+    assert cache.match(same_start, 2.0).device_tokens == 0  # 91 tokens in common: less than a page
+    cache.check()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from basin.catalog.calibrated import CalibratedProfile, is_calibrated
 from basin.catalog.capacity import effective_cache_tokens
@@ -21,6 +21,9 @@ from basin.yamlfile import load_yaml, validation_message
 
 RouterName = Literal["cache-aware", "affinity", "least-loaded"]
 ROUTERS: tuple[str, ...] = ("cache-aware", "affinity", "least-loaded")
+#: ``pd``: prefill and decode disaggregated (xPyD); ``colocated``: servers
+#: whose prefill and decode share compute and one KV pool (docs/colocated.md).
+Topology = Literal["pd", "colocated"]
 
 
 class Deployment(BaseModel):
@@ -32,9 +35,22 @@ class Deployment(BaseModel):
     decode_instances: int = Field(ge=1)
     host_ratio: float = Field(ge=0)
     router: RouterName = "cache-aware"
+    topology: Topology = "pd"
+
+    @model_validator(mode="after")
+    def _colocated_servers(self) -> Deployment:
+        if self.topology == "colocated":
+            if self.prefill_instances != self.decode_instances:
+                raise ValueError("a colocated deployment has as many prefill as decode instances (its servers): "
+                                 f"got {self.prefill_instances} and {self.decode_instances}")
+            if self.host_ratio:
+                raise ValueError("a colocated deployment has no host tier: set host_ratio to 0")
+        return self
 
     @property
     def shape(self) -> str:
+        if self.topology == "colocated":
+            return f"{self.prefill_instances}C"
         return f"{self.prefill_instances}P{self.decode_instances}D"
 
 
@@ -85,13 +101,26 @@ def cache_capacity(deployment: Deployment, hardware: HardwareProfile) -> CacheCa
 
 
 _SHAPE = re.compile(r"^(\d+)[pP](\d+)[dD](?:-(.+))?$")
+#: ``2C-h100``: two colocated servers.
+_COLOCATED_SHAPE = re.compile(r"^(\d+)[cC](?:-(.+))?$")
 
 
 def load_deployment(name_or_path: str) -> Deployment:
     """A deployment by file name, path, or shape such as ``2P4D-h200`` (any
     xPyD; the hardware may be a derived ``MODEL@GPU[/tpN]`` or a calibrated
     profile's name). A file names either ``hardware`` or ``model``, ``gpu``
-    and ``tp``, or is a calibrated profile (:mod:`basin.catalog.calibrated`)."""
+    and ``tp``, or is a calibrated profile (:mod:`basin.catalog.calibrated`).
+    ``NC-HW`` (``1C-h100-nvl``) is N colocated servers of hardware HW, with no
+    host tier."""
+    colocated = _COLOCATED_SHAPE.match(name_or_path)
+    if colocated and not (PROFILE_DIR / "deployments" / f"{name_or_path}.yaml").exists():
+        n, hw = colocated.groups()
+        try:
+            load_hardware(hw or "h200")
+        except BasinInputError as exc:
+            raise BasinInputError(f"deployment shape '{name_or_path}': {exc}") from None
+        return Deployment(name=name_or_path, hardware=hw or "h200", prefill_instances=int(n),
+                          decode_instances=int(n), host_ratio=0.0, topology="colocated")
     match = _SHAPE.match(name_or_path)
     if match and not (PROFILE_DIR / "deployments" / f"{name_or_path}.yaml").exists():
         p, d, hw = match.groups()

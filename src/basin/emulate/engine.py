@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from basin.catalog import Deployment, HardwareProfile
 from basin.emulate.calls import ChatCall, RequestError, affinity_uid
 from basin.sim.cluster import Cluster, DecodeFigures, PDTopology, PrefillFigures
+from basin.sim.colocated import ColocatedCluster, ColocatedTopology
 from basin.sim.requests import Piece, Request
 
 __all__ = ["HIT_WINDOW_CALLS", "DecodeFigures", "EmulatedCall", "EmulatedEngine", "LendingState", "PrefillFigures"]
@@ -88,10 +89,16 @@ class EmulatedEngine:
                  reserve_at_prefill_completion: bool = False):
         self.hardware = hardware
         self.deployment = deployment
-        self.cluster = Cluster(hardware, PDTopology.of(deployment, hardware), on_first_token=self._first_token,
-                               on_finished=self._finished,
-                               reserve_at_prefill_completion=reserve_at_prefill_completion,
-                               hit_window_calls=HIT_WINDOW_CALLS)
+        self.cluster: Cluster | ColocatedCluster
+        if deployment.topology == "colocated":
+            self.cluster = ColocatedCluster(hardware, ColocatedTopology.of(deployment, hardware),
+                                            on_first_token=self._first_token, on_finished=self._finished,
+                                            hit_window_calls=HIT_WINDOW_CALLS)
+        else:
+            self.cluster = Cluster(hardware, PDTopology.of(deployment, hardware), on_first_token=self._first_token,
+                                   on_finished=self._finished,
+                                   reserve_at_prefill_completion=reserve_at_prefill_completion,
+                                   hit_window_calls=HIT_WINDOW_CALLS)
         # The engine runs with priority scheduling on: equal priorities keep arrival order.
         self.cluster.set_ordered(True)
         self._calls: dict[int, EmulatedCall] = {}
@@ -115,11 +122,11 @@ class EmulatedEngine:
     # ----------------------------------------------------------------- calls
     def check_fits(self, call: ChatCall) -> None:
         """Refuse, as an engine does, a call that no instance could ever hold."""
-        pool = min(p.cache.device_capacity for p in self.cluster.prefills)
+        pool = self.cluster.smallest_pool_tokens
         if call.prompt_tokens > pool:
             raise RequestError("messages", f"the prompt is about {call.prompt_tokens} tokens, more than the "
                                f"{pool}-token prefill pool of {self.deployment.name}; shorten the conversation")
-        kv = min(d.capacity for d in self.cluster.decodes)
+        kv = self.cluster.smallest_kv_tokens
         need = call.prompt_tokens + call.output_tokens + self.hardware.decode.reserve_output_tokens
         if need > kv:
             room = kv - call.prompt_tokens - self.hardware.decode.reserve_output_tokens
@@ -194,7 +201,7 @@ class EmulatedEngine:
 
     def lending_state(self) -> LendingState:
         return LendingState(on=self.lending_on, cap_fraction=self.lend_cap_fraction, lent_tokens=self.lent_tokens,
-                            decode_kv_tokens=sum(d.capacity for d in self.cluster.decodes))
+                            decode_kv_tokens=self.cluster.decode_kv_tokens)
 
     @property
     def lending_on(self) -> bool:

@@ -340,7 +340,7 @@ class EmulatorServer:
             "model_path": self.config.model_id, "served_model_name": self.config.model_id,
             "enable_priority_scheduling": True, "schedule_low_priority_values_first": False,
             "enable_metrics": True, "enable_cache_report": True,
-            "max_total_num_tokens": sum(p.cache.device_capacity for p in eng.cluster.prefills),
+            "max_total_num_tokens": sum(f.pool_tokens for f in eng.cluster.prefill_figures()),
             "page_size": eng.hardware.page_tokens, "version": "basin-emulate",
             "emulator": {"deployment": dep.name, "hardware": dep.hardware, "shape": dep.shape,
                          "host_ratio": dep.host_ratio, "router": dep.router, "speed": self.config.speed},

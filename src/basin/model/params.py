@@ -201,6 +201,9 @@ class FluidParams:
     knee_ratio: float                 # x_k
     host_ratio: float
     progress_stages: int = 1          # M (dynamics only)
+    #: Colocated servers: prefill and decode share compute, and the running
+    #: requests' KV and the prefix cache share one pool (``cache_tokens``).
+    colocated: bool = False
     provenance: tuple[Param, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -236,8 +239,11 @@ def derive_params(deployment: Deployment, hardware: HardwareProfile, workload: W
     gpu_cache = float(n_p * pre.prefix_cache_tokens)
     cache = gpu_cache * max(1.0, deployment.host_ratio)
     mu_p = n_p * m.prompt_tokens / m.recompute_s_per_call
-    kv_total = float(n_d * dec.kv_tokens)
-    b_max = min(dec.kv_tokens / m.decode_kv_per_request_tokens, float(dec.max_running_requests))
+    colocated = deployment.topology == "colocated"
+    # A colocated server's running requests hold KV in the pool that is also its cache.
+    kv_per_instance = pre.prefix_cache_tokens if colocated else dec.kv_tokens
+    kv_total = float(n_d * kv_per_instance)
+    b_max = min(kv_per_instance / m.decode_kv_per_request_tokens, float(dec.max_running_requests))
     s0 = dec.step_s(0, 0)
     s1 = dec.step_s(1, m.decode_context_tokens) - s0
     # Fraction of an active session's life spent in a call when decode memory
@@ -251,6 +257,8 @@ def derive_params(deployment: Deployment, hardware: HardwareProfile, workload: W
     wl = workload_label or workload.name
     tier = ("GPU-only" if deployment.host_ratio <= 0 else
             f"host tier {deployment.host_ratio:g}x GPU, inclusive: C = max(C_G, C_H)")
+    if colocated:
+        tier = "colocated: one pool per server, shared with the running requests' KV"
     prov = (
         Param("calls_per_session", "K", m.calls_per_session, "calls", f"mean calls per session of {wl}"),
         Param("tool_gap_s", "g", m.tool_gap_s, "s",
@@ -269,7 +277,9 @@ def derive_params(deployment: Deployment, hardware: HardwareProfile, workload: W
         Param("prefill_tokens_per_s", "mu_p", mu_p, "tokens/s",
               f"saturated uncached prefill of {n_p} instance(s): mean prompt recomputed from position 0 "
               "(PrefillProfile.tokens_cost_s plus a step overhead per chunk)"),
-        Param("decode_kv_tokens", "D_KV", kv_total, "tokens", f"{n_d} decode x {dec.kv_tokens:,} KV tokens"),
+        Param("decode_kv_tokens", "D_KV", kv_total, "tokens",
+              f"{n_d} server(s) x {kv_per_instance:,} tokens: the pool that is also the cache" if colocated
+              else f"{n_d} decode x {dec.kv_tokens:,} KV tokens"),
         Param("decode_kv_per_request_tokens", "kv_req", m.decode_kv_per_request_tokens, "tokens",
               f"decode memory a request holds on average while decoding: prompt + reserve "
               f"{dec.reserve_output_tokens}, growing past it with long outputs; weighted by decode steps"),
@@ -295,7 +305,7 @@ def derive_params(deployment: Deployment, hardware: HardwareProfile, workload: W
         decode_kv_per_request_tokens=m.decode_kv_per_request_tokens, max_batch_per_instance=b_max,
         decode_steps=m.decode_steps, decode_step_base_s=s0, decode_step_per_request_s=s1,
         fraction_in_service=f, knee_ratio=knee_ratio, host_ratio=deployment.host_ratio, progress_stages=stages,
-        provenance=prov,
+        colocated=colocated, provenance=prov,
     )
 
 

@@ -17,6 +17,16 @@ smooth minimum (the paper's Eq. 1 and the text after it).
 * Decode: at most ``B_max`` requests fit in each instance's KV; each then
   decodes for ``m (s0 + s1 B_max)``: ``X <= n_d B_max / T(B_max)``.
 
+A colocated deployment (servers whose prefill and decode share compute and
+one KV pool, docs/colocated.md) differs in two places. Compute: a call's
+prefill and its share of the decode steps take the same server's time, so
+the prefill and decode bounds combine as times do,
+``1 / X_c = u(N) / mu_p + 1 / X_d``. Memory: the cache is what the running
+requests leave of the pool, ``C - kv_req B(N)`` with ``B(N) = min(B_max,
+N L0 / (L0 + g))`` requests running (the unloaded share of a session's time
+in a call; a request queued for admission holds no KV in vLLM), so the
+working-set ratio is ``N c_bar / (C - kv_req B(N))``.
+
 The smooth minimum is the p-norm of reciprocals,
 ``X = (sum_i X_i^-p)^(-1/p)``: it is never above any bound (each term alone
 already gives ``X <= X_i``), it is within ``2^(-1/p)`` of the smallest at a
@@ -77,9 +87,22 @@ class FluidModel:
 
     # ----------------------------------------------------------------- inputs
     def working_set_ratio(self, n: np.ndarray | float) -> np.ndarray:
-        """``W / C`` with ``W = N c_bar``."""
+        """``W / C`` with ``W = N c_bar``; colocated, over the cache the running
+        requests leave (see the module docstring)."""
         p = self.params
-        return np.asarray(n, dtype=float) * p.mean_context_tokens / p.cache_tokens
+        n = np.asarray(n, dtype=float)
+        if not p.colocated:
+            return n * p.mean_context_tokens / p.cache_tokens
+        free = p.cache_tokens - p.decode_kv_per_request_tokens * self.running_requests(n)
+        floor = p.cache_tokens * 1e-6
+        return n * p.mean_context_tokens / np.maximum(free, floor)
+
+    def running_requests(self, n: np.ndarray | float) -> np.ndarray:
+        """Colocated: requests holding KV at population N, ``min(B_max n_d, N L0 / (L0 + g))``."""
+        p = self.params
+        share = p.unloaded_call_s / (p.unloaded_call_s + p.tool_gap_s) if p.unloaded_call_s + p.tool_gap_s > 0 \
+            else 1.0
+        return np.minimum(np.asarray(n, dtype=float) * share, p.max_batch_per_instance * p.decode_instances)
 
     def hit_rate(self, n: np.ndarray | float) -> np.ndarray:
         return np.asarray(self.curve(self.working_set_ratio(n)), dtype=float)
@@ -138,9 +161,18 @@ class FluidModel:
         return p.prefill_tokens_per_s / max(p.new_tokens, (1.0 - self.curve.floor) * p.prompt_tokens)
 
     # ------------------------------------------------------------- throughput
+    def compute_bound(self, n: np.ndarray | float) -> np.ndarray:
+        """Colocated: prefill and decode on the same servers, their times added."""
+        d = self.decode_bound()
+        decode_s_per_call = 0.0 if math.isinf(d) else 1.0 / d
+        return 1.0 / (self.uncached_per_call(n) / self.params.prefill_tokens_per_s + decode_s_per_call)
+
     def throughput(self, n: np.ndarray | float) -> np.ndarray:
-        """X(N), calls per second: smooth minimum of the three bounds."""
+        """X(N), calls per second: smooth minimum of the three bounds (colocated:
+        of the closed loop and the shared compute)."""
         n = np.asarray(n, dtype=float)
+        if self.params.colocated:
+            return smooth_min([self.closed_loop_bound(n), self.compute_bound(n)], self.sharpness)
         return smooth_min([self.closed_loop_bound(n), self.prefill_bound(n),
                            np.full_like(n, self.decode_bound())], self.sharpness)
 

@@ -300,7 +300,8 @@ class RadixCache:
         if matched % self.page:
             # The keys diverged inside a page: only whole pages are reusable.
             target = matched - matched % self.page
-            while matched - node.length >= target:
+            # Up to the root at most: a divergence inside the first page keeps nothing.
+            while node is not self.root and matched - node.length >= target:
                 matched -= node.length
                 if node.start == 0:
                     # The node began its piece: its parent ends the previous

@@ -437,6 +437,24 @@ class Cluster:
             "decode_running": sum(len(d.batch) for d in self.decodes),
         }
 
+    @property
+    def smallest_pool_tokens(self) -> int:
+        """The smallest prefill pool: a prompt beyond it never runs."""
+        return min(p.cache.device_capacity for p in self.prefills)
+
+    @property
+    def smallest_kv_tokens(self) -> int:
+        """The smallest decode memory: a call needing more never decodes."""
+        return min(d.capacity for d in self.decodes)
+
+    @property
+    def decode_kv_tokens(self) -> int:
+        return sum(d.capacity for d in self.decodes)
+
+    def cache_stats(self) -> list[dict[str, int]]:
+        """Each prefill instance's cache counters (a run's ``cache_stats``)."""
+        return [dataclasses.asdict(p.cache.stats) for p in self.prefills]
+
     def prefill_figures(self) -> list[PrefillFigures]:
         out = []
         for p in self.prefills:

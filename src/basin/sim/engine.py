@@ -33,6 +33,7 @@ from basin.catalog import Deployment, HardwareProfile
 from basin.policy.base import EngineNeeds, Policy, SessionInfo
 from basin.policy.driver import EngineFigures, PolicyDriver
 from basin.sim.cluster import Cluster, PDTopology
+from basin.sim.colocated import ColocatedCluster, ColocatedTopology
 from basin.sim.events import CLIENT, CONTROL, SAMPLE
 from basin.sim.recorder import Recorder
 from basin.sim.requests import Request
@@ -108,9 +109,14 @@ class Simulator:
         self.recorder = Recorder()
         needs = policy.needs
         borrowing = needs.decode_prefill_borrowing
-        self.cluster = Cluster(hw, PDTopology.of(config.deployment, hw), on_first_token=self.recorder.first_token,
-                               on_finished=self._call_finished,
-                               borrowing=dataclasses.asdict(borrowing) if borrowing is not None else None)
+        self.cluster: Cluster | ColocatedCluster
+        if config.deployment.topology == "colocated":
+            self.cluster = ColocatedCluster(hw, ColocatedTopology.of(config.deployment, hw),
+                                            on_first_token=self.recorder.first_token, on_finished=self._call_finished)
+        else:
+            self.cluster = Cluster(hw, PDTopology.of(config.deployment, hw), on_first_token=self.recorder.first_token,
+                                   on_finished=self._call_finished,
+                                   borrowing=dataclasses.asdict(borrowing) if borrowing is not None else None)
         self.loop = self.cluster.loop
         self.needs = needs
         self._apply_needs(needs)
@@ -195,8 +201,9 @@ class Simulator:
             sessions=Recorder.sessions_table(self.sessions),
             timeseries=self.recorder.timeseries_table(),
             events=loop.events_run,
-            cache_stats=[dataclasses.asdict(p.cache.stats) for p in cluster.prefills],
-            borrow_stats=cluster.borrowing.stats() if cluster.borrowing is not None else {},
+            cache_stats=cluster.cache_stats(),
+            borrow_stats=cluster.borrowing.stats() if isinstance(cluster, Cluster) and cluster.borrowing is not None
+            else {},
         )
 
     def _warm_start(self, warm: list[SessionState]) -> None:

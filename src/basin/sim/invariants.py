@@ -28,9 +28,11 @@ INVARIANTS: Final[dict[str, tuple[str, str]]] = {
     "ACCOUNTING": ("cache", "the device and host tokens counted are the tokens of the nodes on each tier"),
     "CAP-DEVICE": ("cache", "device tokens (nodes plus in-flight allocations) stay within the device pool"),
     "CAP-HOST": ("cache", "host tokens stay within the host tier"),
-    "INFLIGHT": ("cache", "in-flight allocations are never negative and are released exactly once"),
+    "INFLIGHT": ("cache colocated", "in-flight allocations are never negative, released exactly once, and "
+                 "on a colocated instance what its running requests hold"),
     "STATE-SLOTS": ("cache", "recurrent-state slots in use are counted exactly and stay within the limit"),
-    "LOCK-BALANCE": ("cache", "the lock references in the tree are two per live lock handle"),
+    "LOCK-BALANCE": ("cache colocated", "the lock references in the tree are two per live lock handle; on a "
+                     "colocated instance one handle per running request"),
     "LOCKED-KEPT": ("tests", "a locked node is never evicted from any tier"),
     "INCLUSIVE": ("tests", "under write-through, a device node that could be backed up on the host is"),
     # prefill (basin.sim.prefill)
@@ -42,6 +44,9 @@ INVARIANTS: Final[dict[str, tuple[str, str]]] = {
     "BATCH": ("decode", "the batch's context and growing counts are its members'"),
     "STAY": ("decode", "a batch heap entry acts only on the stay in the batch that pushed it"),
     "LIVE-DECODE-FITS": ("decode", "a reservation larger than the whole instance is refused, not queued"),
+    # the colocated instance (basin.sim.colocated)
+    "LIVE-COLOCATED-FITS": ("colocated", "a call that could never be admitted to its colocated pool is refused"),
+    "COLOCATED-RUNNING": ("colocated", "at most max_running requests run on a colocated instance"),
     # what the routers read (basin.sim.prefill, basin.sim.decode)
     "ROUTER-LOAD": ("decode prefill", "the counts the routers read are what the instances' queues hold"),
     "ROUTER-ROOM": ("decode", "the decode room the router reads is current for every instance not marked stale"),
