@@ -18,7 +18,7 @@ def test_calibrate_llamacpp_writes_a_profile_that_basin_run_runs(capsys, tmp_pat
     out = tmp_path / "llama.yaml"
     with llama_server(slots=2, context_tokens=4096, log_path=tmp_path / "server.log") as url:
         code, text, err = run_basin(capsys, "calibrate", "--engine", url, "--engine-kind", "llamacpp", "--out",
-                                    str(out), "--budget-s", "360", "--max-prompt-tokens", "512")
+                                    str(out), "--budget-s", "120", "--max-prompt-tokens", "512")
     assert code == 0, err
     dep = load_deployment(str(out))
     hw = load_hardware(dep.hardware)

@@ -48,7 +48,7 @@ def calibrated(tmp_path_factory):
 def _calibrate(url: str, out: Path) -> tuple[int, str, str]:
     """``basin calibrate`` in its own process (a module fixture cannot capture the in-process CLI's output)."""
     proc = subprocess.run([sys.executable, "-m", "basin", "calibrate", "--engine", url, "--engine-kind", "vllm",
-                           "--out", str(out), "--budget-s", "300"], capture_output=True, text=True, timeout=900)
+                           "--out", str(out), "--budget-s", "120"], capture_output=True, text=True, timeout=900)
     return proc.returncode, proc.stdout, " ".join(proc.stderr.split())
 
 

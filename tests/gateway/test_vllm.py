@@ -90,8 +90,18 @@ async def _blocker(client: aiohttp.ClientSession, engine: VLLMServer, tokens: in
 
     async def finish() -> None:
         async with resp:
-            await resp.read()
-    return asyncio.create_task(finish())
+            try:
+                await resp.read()
+            except aiohttp.ClientConnectionError:
+                pass  # released early (see _release)
+    task = asyncio.create_task(finish())
+    task.response = resp  # type: ignore[attr-defined]
+    return task
+
+
+def _release(blocker: asyncio.Task) -> None:
+    """End the blocker now: its client hangs up and vLLM aborts it, freeing its slot."""
+    blocker.response.close()  # type: ignore[attr-defined]
 
 
 def _gateway(engine: VLLMServer, **kw) -> GatewayServer:
@@ -124,6 +134,7 @@ def test_the_vllm_adapter_reads_queue_kv_use_capacity_and_hit_rate_from_the_real
                     busy = (await _state(client, gateway))["engine"]["snapshot"] or {}
                     if busy.get("queue_requests") == 3 or blocker.done():
                         break
+                _release(blocker)
                 await asyncio.gather(blocker, *queued)
                 await gateway.poller.scrape_once()
                 for turn in range(1, 4):  # one session's growing conversation: its prefix is reused
@@ -163,6 +174,8 @@ async def _served_order(engine: VLLMServer, gateway: GatewayServer, names: list[
             calls.append(asyncio.create_task(second(name)))
             await asyncio.sleep(0.1)
         assert not blocker.done(), "the engine must still be busy when the last call queues"
+        await asyncio.sleep(0.3)  # the last call reaches vLLM's queue
+        _release(blocker)
         await asyncio.gather(blocker, *calls)
         return done
 
