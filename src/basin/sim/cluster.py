@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -101,9 +101,18 @@ class DecodeFigures:
     lent_tokens: int
 
 
-def _stopped(*_: object) -> NoReturn:
+def stopped(*_: object) -> NoReturn:
     """What a stopped core's instances report to (see Cluster.stop)."""
     raise RuntimeError("the engine was stopped: its run is over")
+
+
+def recent_hit_rate(recent: Iterable[tuple[int, int]]) -> float:
+    """Cached share of the prompt tokens of an instance's last calls ``(prompt, hit)`` (0 before any)."""
+    asked = hit = 0
+    for prompt, cached in recent:
+        asked += prompt
+        hit += cached
+    return hit / asked if asked else 0.0
 
 
 class Cluster:
@@ -193,13 +202,13 @@ class Cluster:
         self.loop.discard_pending()
         self.decode_room.best()  # its stale list emptied: the room keeps no instance
         for p in self.prefills:
-            p.detach(_stopped)
+            p.detach(stopped)
         for d in self.decodes:
-            d.detach(_stopped)
-        self.on_first_token = _stopped
-        self.on_finished = _stopped
-        self._transferred_handler = _stopped
-        self._prefill_holds_handler = _stopped
+            d.detach(stopped)
+        self.on_first_token = stopped
+        self.on_finished = stopped
+        self._transferred_handler = stopped
+        self._prefill_holds_handler = stopped
 
     # ----------------------------------------------------------------- calls
     def submit(self, session: int, key: list[Piece], prompt_tokens: int, new_tokens: int, output_tokens: int,
@@ -459,15 +468,13 @@ class Cluster:
         out = []
         for p in self.prefills:
             c = p.cache
-            recent = self._recent[p.index] if self._recent else ()
-            asked = sum(n for n, _ in recent)
             out.append(PrefillFigures(
                 index=p.index, queue_requests=len(p.queue), running_requests=len(p.running),
                 pool_tokens=c.device_capacity,
                 pool_used_fraction=min(1.0, (c.device_used + c.inflight) / c.device_capacity),
                 host_tokens=c.host_capacity, prompt_tokens_total=p.prompt_tokens_total,
                 cached_tokens_total=p.hit_tokens_total,
-                recent_hit_rate=sum(k for _, k in recent) / asked if asked else 0.0))
+                recent_hit_rate=recent_hit_rate(self._recent[p.index] if self._recent else ())))
         return out
 
     def decode_figures(self) -> list[DecodeFigures]:

@@ -59,12 +59,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
-from typing import NoReturn
 
 from basin.catalog import DecodeProfile, Deployment, HardwareProfile, PrefillProfile
 from basin.policy.driver import EngineFigures
 from basin.sim.cache import MatchResult, RadixCache
-from basin.sim.cluster import DecodeFigures, PrefillFigures
+from basin.sim.cluster import DecodeFigures, PrefillFigures, recent_hit_rate, stopped
 from basin.sim.costs import DecodeCosts, PrefillCosts
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.invariants import InvariantViolation, RequestNeverFits, require
@@ -443,8 +442,8 @@ class ColocatedCluster:
     def stop(self) -> None:
         self.loop.discard_pending()
         for inst in self.instances:
-            inst.on_first_token = inst.on_finished = _stopped
-        self.on_first_token = self.on_finished = _stopped
+            inst.on_first_token = inst.on_finished = stopped
+        self.on_first_token = self.on_finished = stopped
 
     # ----------------------------------------------------------------- calls
     def submit(self, session: int, key: list[Piece], prompt_tokens: int, new_tokens: int, output_tokens: int,
@@ -569,14 +568,12 @@ class ColocatedCluster:
         """Each server as the emulator's metrics read a prefill instance."""
         out = []
         for i in self.instances:
-            recent = self._recent[i.index] if self._recent else ()
-            asked = sum(n for n, _ in recent)
             out.append(PrefillFigures(
                 index=i.index, queue_requests=len(i.queue), running_requests=len(i.running),
                 pool_tokens=i.cache.device_capacity,
                 pool_used_fraction=min(1.0, i.held_tokens / i.cache.device_capacity),
                 host_tokens=0, prompt_tokens_total=i.prompt_tokens_total, cached_tokens_total=i.cached_tokens_total,
-                recent_hit_rate=sum(k for _, k in recent) / asked if asked else 0.0))
+                recent_hit_rate=recent_hit_rate(self._recent[i.index] if self._recent else ())))
         return out
 
     def decode_figures(self) -> list[DecodeFigures]:
@@ -600,6 +597,3 @@ class ColocatedCluster:
         inst = self.instances[req.prefill] if req.prefill >= 0 else self.instances[0]
         return inst.last_step_s
 
-
-def _stopped(*_: object) -> NoReturn:
-    raise RuntimeError("the engine was stopped: its run is over")
