@@ -163,7 +163,7 @@ async def _served_order(engine: VLLMServer, gateway: GatewayServer, names: list[
             await _chat(client, gateway.url, engine.model, name, 0, words=50)
             await asyncio.sleep(1.05)
         gateway.gate.tick(gateway.clock())
-        blocker = await _blocker(client, engine, tokens=8000)
+        blocker = await _blocker(client, engine, tokens=16000)  # released once the calls queue
         done: list[str] = []
 
         async def second(name: str) -> None:
