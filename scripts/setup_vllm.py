@@ -86,8 +86,12 @@ def build_model(python: Path, model: dict) -> Path:
 
 
 def serve_argv(python: Path, model_dir: Path, serve: dict) -> list[str]:
-    """The server's command line but its port (``--port N`` goes last)."""
-    return [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+    """The server's command line but its port (``--port N`` goes last), pinned to
+    ``serve.cpus`` so that the engine never starves the gateway and client beside it."""
+    taskset = shutil.which("taskset")
+    if taskset is None:
+        raise SystemExit("setup_vllm: `taskset` (util-linux) is missing; install it: apt-get install util-linux")
+    return [taskset, "-c", str(serve["cpus"]), str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
             "--served-model-name", served_name(model_dir), "--host", "127.0.0.1",
             "--dtype", serve["dtype"], "--max-model-len", str(serve["max_model_len"]), *serve["args"]]
 

@@ -81,19 +81,27 @@ async def _chat(client: aiohttp.ClientSession, url: str, model: str, name: str, 
 async def _blocker(client: aiohttp.ClientSession, engine: VLLMServer, tokens: int) -> asyncio.Task:
     """A call sent to the engine directly that decodes ``tokens`` tokens, first
     in its queue (priority 0, before any gateway session): while it runs the
-    engine (one request at a time) queues everything else. Returns when it runs."""
+    engine (one request at a time) queues everything else. Returns once it has
+    decoded a token (vLLM sends the role chunk before the request is scheduled).
+    The task's result says how the call ended, for a precondition's message."""
     body = {"model": engine.model, "messages": [{"role": "user", "content": "Keep going."}],
             "max_tokens": tokens, "ignore_eos": True, "stream": True, "priority": 0}
     resp = await client.post(engine.url + CHAT, json=body)
     assert resp.status == 200, await resp.text()
-    await resp.content.readuntil(b"\n\n")  # its first token: it holds the engine's only running slot
+    while True:  # its first decoded token: it holds the engine's only running slot
+        event = await resp.content.readuntil(b"\n\n")
+        assert event, "the blocker's stream ended before its first token"
+        if event.startswith(b"data: {") and json.loads(event[6:]).get("choices", [{}])[0].get("delta", {}).get(
+                "content"):
+            break
 
-    async def finish() -> None:
+    async def finish() -> str:
         async with resp:
             try:
-                await resp.read()
-            except aiohttp.ClientConnectionError:
-                pass  # released early (see _release)
+                rest = await resp.read()
+            except aiohttp.ClientConnectionError as exc:
+                return f"released ({type(exc).__name__})"  # see _release
+            return f"ended by the engine after {rest.count(b'data: ')} more events; last: {rest[-200:]!r}"
     task = asyncio.create_task(finish())
     task.response = resp  # type: ignore[attr-defined]
     return task
@@ -102,6 +110,12 @@ async def _blocker(client: aiohttp.ClientSession, engine: VLLMServer, tokens: in
 def _release(blocker: asyncio.Task) -> None:
     """End the blocker now: its client hangs up and vLLM aborts it, freeing its slot."""
     blocker.response.close()  # type: ignore[attr-defined]
+
+
+def _log_tail(engine: VLLMServer, lines: int = 30) -> str:
+    if engine.log_path is None or not engine.log_path.is_file():
+        return "(no engine log)"
+    return "\n".join(engine.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def _gateway(engine: VLLMServer, **kw) -> GatewayServer:
@@ -117,28 +131,47 @@ async def _state(client: aiohttp.ClientSession, gateway: GatewayServer) -> dict:
         return await resp.json()
 
 
+class _EngineNotBusy(Exception):
+    """The blocker ended before every call had queued: the order measured would not be the engine's."""
+
+
 def test_the_vllm_adapter_reads_queue_kv_use_capacity_and_hit_rate_from_the_real_engine(engine):
+    async def busy_snapshot(client: aiohttp.ClientSession, gateway: GatewayServer, attempt: int) -> dict:
+        # Long enough to outlast a few 2-second scrape timeouts on a loaded machine.
+        blocker = await _blocker(client, engine, tokens=16000)
+        queued = [asyncio.create_task(_chat(client, gateway.url, engine.model, f"Q{i}-{attempt}", 0))
+                  for i in range(3)]
+        busy: dict = {}
+        for _ in range(20):  # a scrape may time out on a busy machine: the next one counts
+            await asyncio.sleep(0.25)
+            await gateway.poller.scrape_once()
+            busy = (await _state(client, gateway))["engine"]["snapshot"] or {}
+            if busy.get("queue_requests") == 3 or blocker.done():
+                break
+        ended_early = blocker.done()
+        _release(blocker)
+        await asyncio.gather(blocker, *queued)
+        if ended_early:
+            raise _EngineNotBusy(blocker.result())
+        return busy
+
     async def go():
         gateway = _gateway(engine)
         await gateway.start()
         try:
             async with aiohttp.ClientSession() as client:
-                # Long enough to outlast a few 2-second scrape timeouts on a loaded machine.
-                blocker = await _blocker(client, engine, tokens=16000)
-                queued = [asyncio.create_task(_chat(client, gateway.url, engine.model, f"Q{i}", 0))
-                          for i in range(3)]
-                busy: dict = {}
-                for _ in range(20):  # a scrape may time out on a busy machine: the next one counts
-                    await asyncio.sleep(0.25)
-                    await gateway.poller.scrape_once()
-                    busy = (await _state(client, gateway))["engine"]["snapshot"] or {}
-                    if busy.get("queue_requests") == 3 or blocker.done():
+                failures = []
+                for attempt in range(3):  # the precondition (a busy engine) can fail on a stalled machine
+                    try:
+                        busy = await busy_snapshot(client, gateway, attempt)
                         break
-                _release(blocker)
-                await asyncio.gather(blocker, *queued)
+                    except _EngineNotBusy as exc:
+                        failures.append(str(exc))
+                else:
+                    pytest.fail(f"the blocker never held the engine: {failures}\nengine log:\n{_log_tail(engine)}")
                 await gateway.poller.scrape_once()
                 for turn in range(1, 4):  # one session's growing conversation: its prefix is reused
-                    await _chat(client, gateway.url, engine.model, "Q0", turn)
+                    await _chat(client, gateway.url, engine.model, "Q0-0", turn)
                 await gateway.poller.scrape_once()
                 warm = (await _state(client, gateway))["engine"]["snapshot"]
         finally:
@@ -154,29 +187,31 @@ def test_the_vllm_adapter_reads_queue_kv_use_capacity_and_hit_rate_from_the_real
     assert 0.7 < warm["hit_rate"] <= 1.0
 
 
-async def _served_order(engine: VLLMServer, gateway: GatewayServer, names: list[str]) -> list[str]:
+async def _served_order(engine: VLLMServer, gateway: GatewayServer, names: list[str], attempt: int) -> list[str]:
     """Sessions arrive one second apart (the gateway's priority is the arrival
     second), then call again in the reverse order while the engine is busy;
     returns the order the engine served those calls in."""
     async with aiohttp.ClientSession() as client:
         for name in names:
-            await _chat(client, gateway.url, engine.model, name, 0, words=50)
+            await _chat(client, gateway.url, engine.model, f"{name}{attempt}", 0, words=50)
             await asyncio.sleep(1.05)
         gateway.gate.tick(gateway.clock())
         blocker = await _blocker(client, engine, tokens=16000)  # released once the calls queue
         done: list[str] = []
 
         async def second(name: str) -> None:
-            await _chat(client, gateway.url, engine.model, name, 1, words=50)
+            await _chat(client, gateway.url, engine.model, f"{name}{attempt}", 1, words=50)
             done.append(name)
         calls = []
         for name in reversed(names):
             calls.append(asyncio.create_task(second(name)))
             await asyncio.sleep(0.1)
-        assert not blocker.done(), "the engine must still be busy when the last call queues"
         await asyncio.sleep(0.3)  # the last call reaches vLLM's queue
+        busy = not blocker.done()
         _release(blocker)
         await asyncio.gather(blocker, *calls)
+        if not busy:
+            raise _EngineNotBusy(blocker.result())
         return done
 
 
@@ -187,13 +222,18 @@ def test_the_priority_the_gateway_writes_reorders_vllms_queue(engine):
     names = ["A", "B", "C", "D"]
 
     async def go(policy: str, params: dict) -> tuple[list[str], bool]:
-        gateway = _gateway(engine, policy=policy, policy_params=params, cache_tokens=1_000_000)
-        await gateway.start()
-        try:
-            order = await _served_order(engine, gateway, names)
-            return order, gateway.gate.ordered
-        finally:
-            await gateway.stop()
+        failures = []
+        for attempt in range(3):  # the precondition (a busy engine) can fail on a stalled machine
+            gateway = _gateway(engine, policy=policy, policy_params=params, cache_tokens=1_000_000)
+            await gateway.start()
+            try:
+                return await _served_order(engine, gateway, names, attempt), gateway.gate.ordered
+            except _EngineNotBusy as exc:
+                failures.append(str(exc))
+            finally:
+                await gateway.stop()
+        pytest.fail(f"the engine was never still busy when the last call queued; the blocker: {failures}\n"
+                    f"engine log:\n{_log_tail(engine)}")
 
     ordered, on = asyncio.run(go("basin", {"alpha_order": 1e-6}))
     passed, off = asyncio.run(go("hicache", {}))
