@@ -91,8 +91,8 @@ def serve_argv(python: Path, model_dir: Path, serve: dict) -> list[str]:
     taskset = shutil.which("taskset")
     if taskset is None:
         raise SystemExit("setup_vllm: `taskset` (util-linux) is missing; install it: apt-get install util-linux")
-    return [taskset, "-c", str(serve["cpus"]), str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-            "--served-model-name", served_name(model_dir), "--host", "127.0.0.1",
+    return [taskset, "-c", str(serve["cpus"]), str(python), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(model_dir), "--served-model-name", served_name(model_dir), "--host", "127.0.0.1",
             "--dtype", serve["dtype"], "--max-model-len", str(serve["max_model_len"]), *serve["args"]]
 
 
