@@ -222,7 +222,8 @@ def _write_scenario_run(out_dir: Path, log: ReplayLog, sc: Scenario, system: str
         trigger = sc.trigger_min
         summary = summarize_run(calls, sessions, timeseries, system=system,
                                 trigger_s=trigger * 60.0 if trigger is not None else None, duration_s=lasted,
-                                measure_end_s=min(sc.measure_end_min * 60.0, lasted), itl_slo_s=itl_slo_s)
+                                measure_end_s=min(sc.measure_end_min * 60.0, lasted), itl_slo_s=itl_slo_s,
+                                degradation_rule=sc.judge.degradation_rule(), label_rule=sc.judge.label_rule())
     write_run(out_dir, calls, sessions, timeseries, summary)
     meta = {"scenario": scenario_dict(sc), "system": system, "target": target, "speed": speed,
             "command": command_line(), "complete": not log.interrupted and lasted >= full - 1e-6,

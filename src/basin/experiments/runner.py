@@ -415,6 +415,8 @@ def _simulate(scenario: Scenario, system: str, params: dict[str, object], policy
         duration_s=duration_s,
         measure_end_s=scenario.measure_end_min * 60.0,
         itl_slo_s=hardware.itl_slo_s,
+        degradation_rule=scenario.judge.degradation_rule(),
+        label_rule=scenario.judge.label_rule(),
     )
     described = policy.describe().get("cliff_profile")
     cliff_info = dict(described) if isinstance(described, dict) else None

@@ -29,6 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from basin.catalog import RouterName
 from basin.catalog.files import close_names
 from basin.errors import BasinInputError
+from basin.metrics.state import LabelRule
+from basin.metrics.windows import DegradationRule
 from basin.paths import SCENARIO_DIR
 from basin.workload.arrivals import check_shape_window, shape_names
 from basin.yamlfile import load_mapping, safe_load
@@ -158,6 +160,43 @@ class EngineSpec(_Model):
     lock_queued_prefix: bool | None = None
 
 
+class JudgeSpec(_Model):
+    """How a run is judged, for a scenario whose clock or engine is not the paper's.
+
+    The state label and the degraded-window rule are stated in the paper's
+    time (20-minute windows ending at least 35 minutes after the surge, a
+    5-minute warm-up) and its engine's latency (degraded above a 5-s median
+    TTFT). A run whose tool gaps and schedule are compressed, or an engine
+    whose calls are far faster, scales them here rather than in code.
+    """
+
+    #: Every time span of the label and window rules as a share of the paper's
+    #: (0.25: a run compressed fourfold is judged on 5-minute windows).
+    time_scale: float = Field(default=1.0, gt=0)
+    #: Degraded above this median TTFT (None: the paper's 5 s).
+    max_ttft_p50_s: float | None = Field(default=None, gt=0)
+
+    def degradation_rule(self) -> DegradationRule:
+        paper = DegradationRule()
+        return DegradationRule(
+            window_s=paper.window_s * self.time_scale,
+            max_ttft_p50_s=self.max_ttft_p50_s if self.max_ttft_p50_s is not None else paper.max_ttft_p50_s,
+            max_first_call_wait_p50_s=paper.max_first_call_wait_p50_s * self.time_scale,
+            max_never_start_share=paper.max_never_start_share,
+            never_start_grace_s=paper.never_start_grace_s * self.time_scale,
+        )
+
+    def label_rule(self) -> LabelRule:
+        paper = LabelRule()
+        return LabelRule(
+            min_improvement=paper.min_improvement,
+            min_hit_rate_drop=paper.min_hit_rate_drop,
+            min_end_after_trigger_s=paper.min_end_after_trigger_s * self.time_scale,
+            warmup_s=paper.warmup_s * self.time_scale,
+            min_reference_s=paper.min_reference_s * self.time_scale,
+        )
+
+
 class Scenario(_Model):
     name: str
     description: str = ""
@@ -176,6 +215,7 @@ class Scenario(_Model):
     policy: str = "hicache"
     policy_params: dict[str, Any] = Field(default_factory=dict)
     engine: EngineSpec = EngineSpec()
+    judge: JudgeSpec = JudgeSpec()
     seed: int = 0
 
     @model_validator(mode="after")
