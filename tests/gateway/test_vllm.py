@@ -319,6 +319,11 @@ def _basin(*args: str) -> list[str]:
     return [sys.executable, "-m", "basin", *args]
 
 
+#: Two streams of this many tokens, one after the other (one running request), take
+#: about 15 s at 3.6 ms a token: well inside the gateway's 30-s shutdown_timeout_s.
+DRAINED_TOKENS = 2000
+
+
 def test_sigterm_drains_the_real_engines_streams(engine, tmp_path):
     """`basin gateway` stopped with SIGTERM while two streams run: both end
     whole (every token, then [DONE]), the process exits 0, and nothing new is taken."""
@@ -336,7 +341,7 @@ def test_sigterm_drains_the_real_engines_streams(engine, tmp_path):
 
         async def go():
             async with aiohttp.ClientSession() as client:
-                bodies = [{"model": engine.model, "messages": _messages(f"S{i}", 0, 100), "max_tokens": 4000,
+                bodies = [{"model": engine.model, "messages": _messages(f"S{i}", 0, 100), "max_tokens": DRAINED_TOKENS,
                            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
                           for i in range(2)]
                 streams = [await client.post(url + CHAT, json=b, headers={"X-Session-Id": f"S{i}"})
@@ -358,7 +363,7 @@ def test_sigterm_drains_the_real_engines_streams(engine, tmp_path):
         # vLLM may put several tokens in one event when its client lags: count by the final usage.
         usage = [json.loads(line[6:])["usage"] for line in text.split(b"\n")
                  if line.startswith(b"data: {") and b'"usage":{' in line.replace(b" ", b"")]
-        assert usage and usage[-1]["completion_tokens"] == 4000, "every token of the stream reached the client"
+        assert usage and usage[-1]["completion_tokens"] == DRAINED_TOKENS, "every token reached the client"
     assert not _healthz(url)
     assert "SIGTERM received: draining" in (tmp_path / "gateway.log").read_text()
 
