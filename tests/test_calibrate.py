@@ -62,22 +62,45 @@ def test_spread_reports_median_and_iqr() -> None:
 # ----------------------------------------------------------------------------- the catalogue
 
 
-def _calibrated(name: str) -> dict:
+def _calibrated(name: str, topology: str | None = "colocated") -> dict:
+    """A calibrated profile file as ``basin calibrate`` writes it (colocated by default);
+    ``topology=None`` is a file written before the colocated topology existed."""
     hw = yaml.safe_load((Path(__file__).parents[1] / "profiles" / "hardware" / "h100-nvl.yaml").read_text())
     hw["name"] = name
+    shape: dict = {"prefill_instances": 1, "decode_instances": 1, "host_ratio": 0.0}
+    if topology is not None:
+        shape["topology"] = topology
     return {"kind": "basin-calibrated-profile", "version": 1, "name": name, "hardware": hw,
-            "deployment": {"prefill_instances": 1, "decode_instances": 1, "host_ratio": 0.0},
-            "calibration": {"note": "test"}}
+            "deployment": shape, "calibration": {"note": "test"}}
 
 
 def test_a_calibrated_file_is_a_deployment_and_its_hardware_by_path(tmp_path: Path) -> None:
     path = tmp_path / "mine.yaml"
     path.write_text(yaml.safe_dump(_calibrated("mine")))
     dep = load_deployment(str(path))
-    assert (dep.name, dep.shape, dep.host_ratio) == ("mine", "1P1D", 0.0)
+    assert (dep.name, dep.shape, dep.topology, dep.host_ratio) == ("mine", "1C", "colocated", 0.0)
     assert Path(dep.hardware) == path.resolve()
     assert load_hardware(dep.hardware).decode.kv_tokens == 1660000
     assert load_hardware(str(path)).name == "mine"
+
+
+@pytest.mark.parametrize("topology, shape", [("pd", "1P1D"), (None, "1P1D")])
+def test_a_pd_calibrated_file_and_one_written_before_colocated_are_1p1d(tmp_path: Path, topology, shape) -> None:
+    path = tmp_path / "side.yaml"
+    path.write_text(yaml.safe_dump(_calibrated("side", topology)))
+    dep = load_deployment(str(path))
+    assert (dep.shape, dep.topology) == (shape, "pd")
+
+
+def test_a_colocated_calibrated_file_with_a_host_tier_or_two_shapes_names_the_field(tmp_path: Path) -> None:
+    for field, value in (("host_ratio", 1.0), ("decode_instances", 2)):
+        data = _calibrated("bad")
+        data["deployment"][field] = value
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump(data))
+        with pytest.raises(BasinInputError, match="colocated") as info:
+            load_deployment(str(path))
+        assert "deployment" in str(info.value)
 
 
 def test_a_calibrated_profile_is_found_by_name_in_the_user_folder(tmp_path: Path, monkeypatch) -> None:
@@ -85,8 +108,13 @@ def test_a_calibrated_profile_is_found_by_name_in_the_user_folder(tmp_path: Path
     (tmp_path / "my-engine.yaml").write_text(yaml.safe_dump(_calibrated("my-engine")))
     dep = load_deployment("my-engine")
     assert dep.hardware == "my-engine" and load_hardware("my-engine").prefill.chunk_tokens == 8192
+    assert (dep.topology, dep.shape) == ("colocated", "1C")
     scaled = load_deployment("2P4D-my-engine")  # a shape of it, as for any hardware
     assert (scaled.prefill_instances, scaled.decode_instances, scaled.hardware) == (2, 4, "my-engine")
+    assert scaled.topology == "pd"
+    servers = load_deployment("3C-my-engine")  # three colocated servers of it
+    assert (servers.shape, servers.topology, servers.hardware, servers.host_ratio) == ("3C", "colocated",
+                                                                                      "my-engine", 0.0)
     with pytest.raises(BasinInputError, match="my-engine"):  # the hint lists user profiles
         load_deployment("my-engin")
     # a copy under another file name is that name (BASIN's cliff profiles are looked up by it)
@@ -96,15 +124,52 @@ def test_a_calibrated_profile_is_found_by_name_in_the_user_folder(tmp_path: Path
 
 def test_commands_take_a_calibrated_profile_by_name(capsys, tmp_path: Path, monkeypatch) -> None:
     from basin.emulate.config import emulator_config
+    from basin.emulate.engine import EmulatedEngine
+    from basin.sim.colocated import ColocatedCluster
 
     monkeypatch.setenv("BASIN_PROFILES", str(tmp_path))
     (tmp_path / "my-engine.yaml").write_text(yaml.safe_dump(_calibrated("my-engine")))
     hardware, dep = emulator_config(deployment="my-engine").resolve()
     assert dep.name == "my-engine" and hardware.decode.kv_tokens == 1660000
+    assert isinstance(EmulatedEngine(hardware, dep).cluster, ColocatedCluster)  # basin emulate --deployment
     code, out, err = run_basin(capsys, "vulnerable", "my-engine", "--rate", "3")
     assert code == 0 and "my-engine" in out, err
     code, out, err = run_basin(capsys, "deployment", "show", "my-engine")
-    assert code == 0 and "calibrated profile" in out and "1P1D" in out, err
+    assert code == 0 and "calibrated profile" in out and "my-engine: 1C on my-engine" in out, err
+    code, out, err = run_basin(capsys, "deployment", "show", "1C-my-engine", "--json")
+    assert code == 0 and json.loads(out)["shape"] == "1C", err
+    # One pool, no host tier: a host ratio is refused in one line, not silently added.
+    code, _, err = run_basin(capsys, "deployment", "show", "my-engine", "--host-ratio", "1")
+    assert code == 2 and "colocated" in err and "host" in err and "Traceback" not in err, err
+    code, out, err = run_basin(capsys, "profile", "my-engine", "--repeats", "1", "--steps", "6", "--step-min", "10",
+                               "--no-plot", "--out", str(tmp_path / "cliff.yaml"), "--json")
+    assert code == 0 and (tmp_path / "cliff.yaml").is_file(), err
+    cliff = yaml.safe_load((tmp_path / "cliff.yaml").read_text())
+    assert (cliff["deployment"], cliff["host_cache_tokens"], cliff["gpu_cache_tokens"]) == ("my-engine", 0, 1090000)
+
+
+def test_basin_run_sets_a_colocated_calibrated_profile_as_the_deployment(capsys, tmp_path: Path,
+                                                                        monkeypatch) -> None:
+    """``basin run SCENARIO --set deployment=NAME`` runs the file's colocated server: the same run as
+    its shape ``1C-NAME``, and not the 1P1D of the same hardware."""
+    monkeypatch.setenv("BASIN_PROFILES", str(tmp_path))
+    data = _calibrated("mine")
+    data["hardware"]["prefill"]["prefix_cache_tokens"] = 200_000  # a server that fills: one pool for all
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(data))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump({"name": "s", "deployment": "1p1d-h100", "workload": {
+        "name": "terminal-bench", "sessions": 40}, "arrivals": {"base_per_min": 3.0}, "duration_min": 10,
+        "measure_end_min": 10, "host_ratio": 0.0}))
+    rows = {}
+    for dep in ("mine", "1C-mine", "1P1D-mine"):
+        code, text, err = run_basin(capsys, "run", str(scenario), "--set", f"deployment={dep}", "--out",
+                                    str(tmp_path / "run"), "--no-plots", "--json")
+        assert code == 0, err
+        rows[dep] = {k: v for k, v in json.loads(text)[0].items() if "deployment" not in k and "time" not in k}
+    assert rows["mine"]["n_completed"] > 0
+    assert rows["mine"] == rows["1C-mine"], {k: (v, rows["1C-mine"].get(k)) for k, v in rows["mine"].items()
+                                             if rows["1C-mine"].get(k) != v}
+    assert rows["mine"] != rows["1P1D-mine"]
 
 
 def test_a_broken_calibrated_file_names_its_field(tmp_path: Path) -> None:
