@@ -193,11 +193,19 @@ def test_out_refuses_a_shipped_name_and_a_bad_name(capsys) -> None:
 
 @contextmanager
 def fake_engine(*, usage: bool = True, caching: bool = True, report_cached: bool = True,
-                context: int | None = 8192) -> Iterator[str]:
+                context: int | None = 8192, scheduler: dict | None = None) -> Iterator[str]:
     """A tiny OpenAI-compatible engine: one token a word, 50 us a computed
     token; with ``caching`` the longest whole-message prefix seen before is
-    not computed, and ``report_cached`` says how many tokens that was."""
+    not computed, and ``report_cached`` says how many tokens that was. With
+    ``scheduler``, vLLM's development ``/server_info`` serves it as its
+    ``vllm_config.scheduler_config``."""
     seen: list[tuple[str, ...]] = []
+
+    async def server_info(request: web.Request) -> web.Response:
+        if scheduler is None:
+            return web.Response(status=404)
+        assert request.query.get("config_format") == "json"  # vLLM's default is a text dump
+        return web.json_response({"vllm_config": {"scheduler_config": scheduler}, "vllm_env": {}})
 
     async def models(_request: web.Request) -> web.Response:
         entry: dict = {"id": "fake"}
@@ -232,6 +240,7 @@ def fake_engine(*, usage: bool = True, caching: bool = True, report_cached: bool
 
     app = web.Application()
     app.router.add_get("/v1/models", models)
+    app.router.add_get("/server_info", server_info)
     app.router.add_post("/v1/chat/completions", chat)
     loop = asyncio.new_event_loop()
     started: dict = {}
@@ -275,6 +284,41 @@ def test_an_engine_that_cannot_be_measured_is_refused_in_one_line(capsys, tmp_pa
     assert says in err and "Traceback" not in err and not out.exists()
 
 
+#: vLLM 0.32's CPU API server defaults, as its development /server_info dumps its scheduler config.
+VLLM_CPU_SCHEDULER = {"max_num_batched_tokens": 2048, "max_num_scheduled_tokens": None, "max_num_seqs": 128,
+                      "max_num_active_seqs": None, "enable_chunked_prefill": True, "policy": "priority"}
+
+
+def test_vllm_declares_its_step_budget_and_running_limit_in_its_development_server_info() -> None:
+    from basin.calibrate.client import EngineClient
+    from basin.calibrate.engines import declared
+
+    async def read(url: str):
+        async with EngineClient(url, None, {}) as client:
+            return await declared(client, "vllm")
+
+    with fake_engine(scheduler=VLLM_CPU_SCHEDULER) as url:
+        d = asyncio.run(read(url))
+    assert (d.chunk_tokens, d.max_running_requests) == (2048, 128)
+    assert "max_num_batched_tokens" in d.sources["chunk_tokens"] and "max_num_seqs" in d.sources["max_running_requests"]
+    with fake_engine(scheduler={**VLLM_CPU_SCHEDULER, "max_num_scheduled_tokens": 1536}) as url:
+        assert asyncio.run(read(url)).chunk_tokens == 1536  # what the scheduler issues, where it is set
+    with fake_engine(scheduler={**VLLM_CPU_SCHEDULER, "enable_chunked_prefill": False}) as url:
+        assert asyncio.run(read(url)).chunk_tokens is None  # no chunking: no chunk declared
+    with fake_engine() as url:  # without VLLM_SERVER_DEV_MODE there is no /server_info
+        d = asyncio.run(read(url))
+    assert d.chunk_tokens is None and d.max_running_requests is None
+
+
+def test_chunk_tokens_that_contradict_the_engine_are_refused_in_one_line(capsys, tmp_path) -> None:
+    out = tmp_path / "p.yaml"
+    with fake_engine(scheduler=VLLM_CPU_SCHEDULER) as url:
+        code, _, err = run_basin(capsys, "calibrate", "--engine", url, "--engine-kind", "vllm", "--out", str(out),
+                                 "--chunk-tokens", "4096")
+    assert code == 2 and "--chunk-tokens 4096" in err and "2048" in err and "max_num_batched_tokens" in err, err
+    assert "Traceback" not in err and not out.exists()
+
+
 def test_an_unreachable_engine_is_refused_in_one_line(capsys, tmp_path) -> None:
     url = f"http://127.0.0.1:{_closed_port()}"
     code, _, err = run_basin(capsys, "calibrate", "--engine", url, "--out", str(tmp_path / "p.yaml"))
@@ -286,6 +330,8 @@ def test_an_unreachable_engine_is_refused_in_one_line(capsys, tmp_path) -> None:
     (["--budget-s", "1"], "--budget-s"),
     (["--max-prompt-tokens", "10"], "--max-prompt-tokens"),
     (["--itl-slo-s", "0"], "--itl-slo-s"),
+    (["--topology", "2p4d"], "--topology"),
+    (["--chunk-tokens", "0"], "--chunk-tokens"),
 ])
 def test_bad_flags_exit_2_naming_them(capsys, tmp_path, args, says) -> None:
     code, _, err = run_basin(capsys, "calibrate", "--engine", "http://127.0.0.1:9", "--out",
@@ -319,35 +365,57 @@ def emulator(deployment: str, speed: float, style: str = "vllm") -> Iterator[str
         proc.wait(10)
 
 
-def test_calibrating_the_emulator_recovers_the_emulated_hardware(capsys, tmp_path) -> None:
-    """1P1D-H100 (GPU-only) emulated at 20x: every fitted figure within 10% of its profile."""
+@pytest.mark.parametrize("deployment, flags, shape", [
+    ("1C-h100-nvl", ["--chunk-tokens", "8192"], "1C"),
+    ("1p1d-h100", ["--topology", "pd"], "1P1D"),
+])
+def test_calibrating_the_emulator_recovers_the_emulated_hardware(capsys, tmp_path, deployment, flags, shape) -> None:
+    """H100 NVL emulated at 20x as one colocated server (the default reading, chunk given as the
+    engine's budget) and as GPU-only 1P1D (read as PD): every fitted figure within 10% of its profile."""
     out = tmp_path / "emu.yaml"
-    with emulator("1p1d-h100", 20) as url:
+    with emulator(deployment, 20) as url:
         code, text, err = run_basin(capsys, "calibrate", "--engine", url, "--engine-kind", "vllm", "--out",
-                                    str(out), "--budget-s", "180")
+                                    str(out), "--budget-s", "180", *flags)
     assert code == 0, err
     assert "wrote" in text and out.is_file()
     truth = load_hardware("h100-nvl")
     got = load_hardware(str(out))
+    dep = load_deployment(str(out))
+    assert dep.shape == shape
+    colocated = shape == "1C"
+    pool = truth.prefill.prefix_cache_tokens
     pairs = {
         "prefill tokens/s": (got.prefill.linear_tokens_per_s, truth.prefill.linear_tokens_per_s),
         "prefill attention": (got.prefill.attention_s_per_token_position,
                               truth.prefill.attention_s_per_token_position),
-        "fixed per call": (got.transfer_s, truth.transfer_s + truth.prefill.step_overhead_s),
+        # Colocated: one step overhead a prefill step; PD: step overhead and KV transfer a call.
+        "fixed": (got.prefill.step_overhead_s, truth.prefill.step_overhead_s) if colocated else
+        (got.transfer_s, truth.transfer_s + truth.prefill.step_overhead_s),
         "decode base": (got.decode.step_base_s, truth.decode.step_base_s),
         "decode per request": (got.decode.step_per_request_s, truth.decode.step_per_request_s),
         "decode per context token": (got.decode.step_per_context_token_s, truth.decode.step_per_context_token_s),
-        "prefix cache": (got.prefill.prefix_cache_tokens, truth.prefill.prefix_cache_tokens),
-        "KV": (got.decode.kv_tokens, truth.decode.kv_tokens),
+        "prefix cache": (got.prefill.prefix_cache_tokens, pool),
+        # A colocated server's one pool holds running requests too; PD's decode has its own KV.
+        "KV": (got.decode.kv_tokens, pool if colocated else truth.decode.kv_tokens),
     }
     off = {k: g / t - 1 for k, (g, t) in pairs.items()}
     assert all(abs(v) <= 0.10 for v in off.values()), off
     data = yaml.safe_load(out.read_text())
     cal = data["calibration"]
+    assert data["deployment"]["topology"] == ("colocated" if colocated else "pd")
+    assert (got.transfer_s == 0) == colocated and (got.prefill.step_overhead_s == 0) != colocated
+    if colocated:
+        assert got.prefill.chunk_tokens == 8192 and cal["figures_from"]["chunk_tokens"].startswith("--chunk-tokens")
+        assert cal["prefill"]["fixed_s_per"].startswith("prefill step of at most 8192")
+        assert max(p["prefill_in_decode_s"]["median"] for p in cal["decode_batch"]["points"]) > 0
+    else:
+        assert cal["figures_from"]["chunk_tokens"].startswith("the longest prompt measured")
+        assert all(p["prefill_in_decode_s"]["median"] == 0 for p in cal["decode_batch"]["points"])
     assert cal["clock"] == "engine" and cal["prefill"]["fit"]["relative_residuals"]
     assert all(p["ttft_s"]["n"] >= 1 and "iqr" in p["ttft_s"] for p in cal["prefill"]["points"])
     assert cal["prefix_cache"]["measured_tokens"] and cal["prefix_cache"]["declared_tokens"] == 1089984
-    assert cal["kv_capacity"]["measured_tokens"] and cal["kv_capacity"]["declared_tokens"] == 1660000
+    declared_kv = 1090000 if colocated else 1660000  # the pool, or decode KV (basin_emulator_decode_kv_tokens)
+    assert cal["kv_capacity"]["measured_tokens"] and cal["kv_capacity"]["declared_tokens"] == declared_kv
     assert run_on_profile(capsys, tmp_path, out, {"name": "terminal-bench", "sessions": 60})["n_completed"] > 0
 
 
