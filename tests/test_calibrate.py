@@ -310,12 +310,17 @@ def test_vllm_declares_its_step_budget_and_running_limit_in_its_development_serv
     assert d.chunk_tokens is None and d.max_running_requests is None
 
 
-def test_chunk_tokens_that_contradict_the_engine_are_refused_in_one_line(capsys, tmp_path) -> None:
+@pytest.mark.parametrize("flag, value, declared, source", [
+    ("--chunk-tokens", "4096", "2048", "max_num_batched_tokens"),
+    ("--max-running-requests", "256", "128", "max_num_seqs"),
+])
+def test_figures_that_contradict_the_engine_are_refused_in_one_line(capsys, tmp_path, flag, value, declared,
+                                                                   source) -> None:
     out = tmp_path / "p.yaml"
     with fake_engine(scheduler=VLLM_CPU_SCHEDULER) as url:
         code, _, err = run_basin(capsys, "calibrate", "--engine", url, "--engine-kind", "vllm", "--out", str(out),
-                                 "--chunk-tokens", "4096")
-    assert code == 2 and "--chunk-tokens 4096" in err and "2048" in err and "max_num_batched_tokens" in err, err
+                                 flag, value)
+    assert code == 2 and f"{flag} {value}" in err and declared in err and source in err, err
     assert "Traceback" not in err and not out.exists()
 
 
@@ -332,6 +337,7 @@ def test_an_unreachable_engine_is_refused_in_one_line(capsys, tmp_path) -> None:
     (["--itl-slo-s", "0"], "--itl-slo-s"),
     (["--topology", "2p4d"], "--topology"),
     (["--chunk-tokens", "0"], "--chunk-tokens"),
+    (["--max-running-requests", "0"], "--max-running-requests"),
 ])
 def test_bad_flags_exit_2_naming_them(capsys, tmp_path, args, says) -> None:
     code, _, err = run_basin(capsys, "calibrate", "--engine", "http://127.0.0.1:9", "--out",
@@ -366,12 +372,13 @@ def emulator(deployment: str, speed: float, style: str = "vllm") -> Iterator[str
 
 
 @pytest.mark.parametrize("deployment, flags, shape", [
-    ("1C-h100-nvl", ["--chunk-tokens", "8192"], "1C"),
+    ("1C-h100-nvl", ["--chunk-tokens", "8192", "--max-running-requests", "512"], "1C"),
     ("1p1d-h100", ["--topology", "pd"], "1P1D"),
 ])
 def test_calibrating_the_emulator_recovers_the_emulated_hardware(capsys, tmp_path, deployment, flags, shape) -> None:
-    """H100 NVL emulated at 20x as one colocated server (the default reading, chunk given as the
-    engine's budget) and as GPU-only 1P1D (read as PD): every fitted figure within 10% of its profile."""
+    """H100 NVL emulated at 20x as one colocated server (the default reading; its step budget and
+    running limit given, as for a vLLM that does not declare them) and as GPU-only 1P1D (read as
+    PD): every fitted figure within 10% of its profile."""
     out = tmp_path / "emu.yaml"
     with emulator(deployment, 20) as url:
         code, text, err = run_basin(capsys, "calibrate", "--engine", url, "--engine-kind", "vllm", "--out",
@@ -406,6 +413,8 @@ def test_calibrating_the_emulator_recovers_the_emulated_hardware(capsys, tmp_pat
     assert (got.transfer_s == 0) == colocated and (got.prefill.step_overhead_s == 0) != colocated
     if colocated:
         assert got.prefill.chunk_tokens == 8192 and cal["figures_from"]["chunk_tokens"].startswith("--chunk-tokens")
+        assert got.decode.max_running_requests == 512 and "--max-running-requests" in cal["figures_from"][
+            "max_running_requests"]
         assert cal["prefill"]["fixed_s_per"].startswith("prefill step of at most 8192")
         assert max(p["prefill_in_decode_s"]["median"] for p in cal["decode_batch"]["points"]) > 0
     else:

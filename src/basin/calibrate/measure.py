@@ -81,6 +81,8 @@ class CalibrationSettings:
     topology: str = "colocated"
     #: The engine's per-step token budget as the user states it (``--chunk-tokens``).
     chunk_tokens: int | None = None
+    #: The engine's limit of running requests as the user states it (``--max-running-requests``).
+    max_running_requests: int | None = None
 
 
 @dataclass
@@ -274,12 +276,20 @@ class Calibrator:
         await self._check_caching()
 
     def _chunk(self, d: Declared) -> None:
-        """The engine's per-step token budget: declared, or given with ``--chunk-tokens``; they must agree."""
+        """The engine's per-step token budget and running limit: declared, or
+        given with ``--chunk-tokens`` / ``--max-running-requests``; they must agree."""
+        for flag, name, what, given in (
+                ("--chunk-tokens", "chunk_tokens", "a per-step token budget", self.s.chunk_tokens),
+                ("--max-running-requests", "max_running_requests", "a limit of running requests",
+                 self.s.max_running_requests)):
+            have = getattr(d, name)
+            if given is not None and have is not None and given != have:
+                raise BasinInputError(f"{flag} {given}: the engine declares {what} of {have} "
+                                      f"({d.sources.get(name)}); leave the flag out or give its value")
+        if self.s.max_running_requests is not None:
+            d.set("max_running_requests", self.s.max_running_requests,
+                  "--max-running-requests (the engine's limit, as the user gave it)")
         given = self.s.chunk_tokens
-        if given is not None and d.chunk_tokens is not None and given != d.chunk_tokens:
-            raise BasinInputError(
-                f"--chunk-tokens {given}: the engine declares a per-step token budget of {d.chunk_tokens} "
-                f"({d.sources.get('chunk_tokens')}); leave the flag out or give its value")
         if d.chunk_tokens is not None:
             self.m.chunk_tokens, self.m.chunk_from = d.chunk_tokens, f"declared: {d.sources.get('chunk_tokens')}"
         elif given is not None:

@@ -31,6 +31,11 @@ def calibrate(
                                                "on its CPU API server; its log says 'max_num_batched_tokens='). "
                                                "Needed where the engine does not declare it over HTTP (default: "
                                                "the declared one, else the longest prompt measured)."),
+    max_running_requests: Optional[int] = typer.Option(None, "--max-running-requests", help="The engine's "
+                                                       "declared limit of running requests, e.g. vLLM's "
+                                                       "--max-num-seqs (128 on its CPU API server), where the "
+                                                       "engine does not declare it over HTTP (default: the declared "
+                                                       "one, else the largest batch measured, or 256)."),
 ) -> None:
     """Measure a running engine's prefill, decode and cache capacities, and write a profile.
 
@@ -66,12 +71,16 @@ def calibrate(
         raise BasinInputError(f"--itl-slo-s {itl_slo_s:g}: give a positive number of seconds")
     if topology not in ("colocated", "pd"):
         raise BasinInputError(f"--topology {topology!r}: use colocated (a single engine) or pd (one side of a PD pair)")
+    if max_running_requests is not None and max_running_requests < 1:
+        raise BasinInputError(f"--max-running-requests {max_running_requests}: give the engine's limit (at least 1; "
+                              "vLLM's --max-num-seqs)")
     if chunk_tokens is not None and chunk_tokens < 16:
         raise BasinInputError(f"--chunk-tokens {chunk_tokens}: give the engine's per-step token budget (at least 16; "
                               "vLLM's --max-num-batched-tokens)")
     name, path = output_path(out)
     settings = CalibrationSettings(url=engine, kind=engine_kind, model=model, budget_s=budget_s, seed=seed,
-                                   max_prompt_tokens=max_prompt_tokens, topology=topology, chunk_tokens=chunk_tokens)
+                                   max_prompt_tokens=max_prompt_tokens, topology=topology, chunk_tokens=chunk_tokens,
+                                   max_running_requests=max_running_requests)
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]{task.fields[phase]:<8}"), BarColumn(), TextColumn("{task.description}"),
                   TimeElapsedColumn(), console=console, transient=False) as bar:
