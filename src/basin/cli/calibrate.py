@@ -28,8 +28,8 @@ def calibrate(
                                  "one side of a PD pair)."),
     chunk_tokens: Optional[int] = typer.Option(None, "--chunk-tokens", help="The engine's declared per-step token "
                                                "budget (prefill chunk), e.g. vLLM's --max-num-batched-tokens (2048 "
-                                               "on its CPU API server; its log says 'max_num_batched_tokens='). "
-                                               "Needed where the engine does not declare it over HTTP (default: "
+                                               "on its CPU API server), which vLLM declares over HTTP only with "
+                                               "VLLM_SERVER_DEV_MODE=1. A statement, not a measurement (default: "
                                                "the declared one, else the longest prompt measured)."),
     max_running_requests: Optional[int] = typer.Option(None, "--max-running-requests", help="The engine's "
                                                        "declared limit of running requests, e.g. vLLM's "
