@@ -293,12 +293,13 @@ def test_vllm_declares_its_step_budget_and_running_limit_in_its_development_serv
     from basin.calibrate.client import EngineClient
     from basin.calibrate.engines import declared
 
-    async def read(url: str):
+    async def read(url: str, kind: str = "vllm"):
         async with EngineClient(url, None, {}) as client:
-            return await declared(client, "vllm")
+            return await declared(client, kind)
 
     with fake_engine(scheduler=VLLM_CPU_SCHEDULER) as url:
         d = asyncio.run(read(url))
+        assert asyncio.run(read(url, "generic")).chunk_tokens == 2048  # generic reads every engine's own files
     assert (d.chunk_tokens, d.max_running_requests) == (2048, 128)
     assert "max_num_batched_tokens" in d.sources["chunk_tokens"] and "max_num_seqs" in d.sources["max_running_requests"]
     with fake_engine(scheduler={**VLLM_CPU_SCHEDULER, "max_num_scheduled_tokens": 1536}) as url:
@@ -416,6 +417,8 @@ def test_calibrating_the_emulator_recovers_the_emulated_hardware(capsys, tmp_pat
         assert got.decode.max_running_requests == 512 and "--max-running-requests" in cal["figures_from"][
             "max_running_requests"]
         assert cal["prefill"]["fixed_s_per"].startswith("prefill step of at most 8192")
+        # The emulated server's prefill is the fit's formula, steps counted: exactly (without them, 0.3% RMS).
+        assert cal["prefill"]["fit"]["rms_relative_residual"] < 1e-3
         assert max(p["prefill_in_decode_s"]["median"] for p in cal["decode_batch"]["points"]) > 0
     else:
         assert cal["figures_from"]["chunk_tokens"].startswith("the longest prompt measured")

@@ -150,7 +150,7 @@ async def declared(client: EngineClient, kind: str) -> Declared:
                 out.set("kv_tokens", n_ctx * slots, "/props n_ctx x total_slots")
                 out.set("prefix_cache_tokens", n_ctx * slots, "/props n_ctx x total_slots (one prompt a slot)")
             out.set("page_tokens", 1, "llama.cpp reuses a slot's prompt token by token")
-    if kind == "vllm":
+    if kind in ("vllm", "generic"):
         await _vllm_scheduler(client, out)
     metrics = await scrape(client)
     for _labels, _value in metrics.get("vllm:cache_config_info", []):
