@@ -28,6 +28,12 @@ POOL_TOKENS = 512 * 128
 #: 10 s on this engine, of 16K about 3-5 s, and within a 2-minute budget the cache phase
 #: must fill the 65K pool (a fill prompt at a time) and read it back.
 MAX_PROMPT_TOKENS = 8000
+#: The server's per-step token budget: vLLM 0.32's default for its CPU API server
+#: (``engine/arg_utils.py``, ``get_batch_defaults``), which it exports over HTTP only
+#: with its development endpoints (VLLM_SERVER_DEV_MODE=1), so calibrate is told.
+STEP_BUDGET_TOKENS = 2048
+#: Its limit of running requests, the same way (``max_num_seqs``).
+MAX_RUNNING_REQUESTS = 128
 
 
 def _check_module() -> ModuleType:
@@ -52,7 +58,9 @@ def calibrated(tmp_path_factory):
 def _calibrate(url: str, out: Path) -> tuple[int, str, str]:
     """``basin calibrate`` in its own process (a module fixture cannot capture the in-process CLI's output)."""
     proc = subprocess.run([sys.executable, "-m", "basin", "calibrate", "--engine", url, "--engine-kind", "vllm",
-                           "--out", str(out), "--budget-s", "120", "--max-prompt-tokens", str(MAX_PROMPT_TOKENS)],
+                           "--out", str(out), "--budget-s", "120", "--max-prompt-tokens", str(MAX_PROMPT_TOKENS),
+                           "--chunk-tokens", str(STEP_BUDGET_TOKENS), "--max-running-requests",
+                           str(MAX_RUNNING_REQUESTS)],
                           capture_output=True, text=True, timeout=900)
     return proc.returncode, proc.stdout, " ".join(proc.stderr.split())
 
@@ -63,6 +71,13 @@ def test_calibrate_vllm_measures_its_pool_and_writes_a_profile_basin_runs(calibr
     dep = load_deployment(str(out))
     hw = load_hardware(dep.hardware)
     cal = yaml.safe_load(out.read_text())["calibration"]
+    # One colocated server, chunked at the budget it was told: a prefill step's fixed cost, no transfer.
+    assert (dep.shape, dep.topology, hw.prefill.chunk_tokens) == ("1C", "colocated", STEP_BUDGET_TOKENS)
+    assert cal["figures_from"]["chunk_tokens"].startswith("--chunk-tokens")
+    assert hw.decode.max_running_requests == MAX_RUNNING_REQUESTS
+    # The server is started without either flag, so its defaults hold.
+    assert not any(a.startswith(("--max-num-batched-tokens", "--max-num-seqs")) for a in server.spec["argv"])
+    assert hw.transfer_s == 0 and hw.prefill.step_overhead_s > 0
     assert cal["engine"]["declared"]["prefix_cache_tokens"] == POOL_TOKENS
     assert cal["engine"]["declared"]["page_tokens"] == server.block_size_tokens == hw.page_tokens
     assert cal["cached_tokens_from"] == "usage.prompt_tokens_details.cached_tokens"

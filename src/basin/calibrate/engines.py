@@ -7,7 +7,11 @@ cross-checked against, each with where it was read:
   ``vllm:cache_config_info`` (``num_gpu_blocks`` x ``block_size``: its KV
   pool, which running requests and the prefix cache share),
   ``vllm:kv_cache_usage_perc``, ``vllm:prefix_cache_hits_total`` /
-  ``vllm:prefix_cache_queries_total``.
+  ``vllm:prefix_cache_queries_total``; and, where the server runs with its
+  development endpoints (``VLLM_SERVER_DEV_MODE=1``), ``/server_info``'s
+  scheduler config: the per-step token budget (``max_num_scheduled_tokens``,
+  else ``max_num_batched_tokens``) and ``max_num_seqs``. vLLM 0.32 exports
+  the budget nowhere else (not in ``/metrics``, ``/v1/models``, ``/load``).
 - SGLang: ``/get_server_info`` (``context_length``, ``max_total_num_tokens``,
   ``chunked_prefill_size``, ``page_size``, ``max_running_requests``);
   ``sglang:token_usage``, ``sglang:cached_tokens_total``.
@@ -146,6 +150,8 @@ async def declared(client: EngineClient, kind: str) -> Declared:
                 out.set("kv_tokens", n_ctx * slots, "/props n_ctx x total_slots")
                 out.set("prefix_cache_tokens", n_ctx * slots, "/props n_ctx x total_slots (one prompt a slot)")
             out.set("page_tokens", 1, "llama.cpp reuses a slot's prompt token by token")
+    if kind in ("vllm", "generic"):
+        await _vllm_scheduler(client, out)
     metrics = await scrape(client)
     for _labels, _value in metrics.get("vllm:cache_config_info", []):
         blocks, size = _labels.get("num_gpu_blocks"), _labels.get("block_size")
@@ -163,3 +169,28 @@ async def declared(client: EngineClient, kind: str) -> Declared:
         pool = metric_sum(metrics, "sglang:max_total_num_tokens")
         out.set("prefix_cache_tokens", pool, "sglang:max_total_num_tokens")
     return out
+
+
+#: vLLM's development endpoint of its whole config (served with VLLM_SERVER_DEV_MODE=1).
+VLLM_SERVER_INFO = "/server_info?config_format=json"
+
+
+async def _vllm_scheduler(client: EngineClient, out: Declared) -> None:
+    """vLLM's scheduler figures from its development ``/server_info``, where it serves one."""
+    info = await client.get_json(VLLM_SERVER_INFO)
+    config = info.get("vllm_config") if isinstance(info, dict) else None
+    sched = config.get("scheduler_config") if isinstance(config, dict) else None
+    if not isinstance(sched, dict):
+        return
+    where = "/server_info vllm_config.scheduler_config"
+    if sched.get("enable_chunked_prefill") is not False:
+        budget = sched.get("max_num_scheduled_tokens")
+        name = "max_num_scheduled_tokens"
+        if budget is None:
+            budget, name = sched.get("max_num_batched_tokens"), "max_num_batched_tokens"
+        out.set("chunk_tokens", budget, f"{where}.{name} (the per-step token budget)")
+    running = sched.get("max_num_active_seqs")
+    name = "max_num_active_seqs"
+    if running is None:
+        running, name = sched.get("max_num_seqs"), "max_num_seqs"
+    out.set("max_running_requests", running, f"{where}.{name}")

@@ -4,7 +4,9 @@ and the spread of repeated measurements.
 The formulas are the hardware profile's own (:mod:`basin.catalog.hardware`):
 
 - time to first token of ``u`` uncached tokens after ``p`` cached ones:
-  ``c + u / linear + attention * u * (p + u / 2)``;
+  ``c * steps + u / linear + attention * u * (p + u / 2)``, where ``steps``
+  is 1 (a fixed cost per call) or the prefill steps the call took (a fixed
+  cost per step of a colocated server's token budget);
 - a decode step of ``B`` requests holding ``C`` context tokens in all:
   ``base + per_request * B + per_context_token * C``, in two stages: the
   context term from single calls (``B = 1``, contexts from short to the
@@ -73,11 +75,13 @@ def fit_nonnegative(names: Sequence[str], x: np.ndarray, y: np.ndarray) -> Linea
     return LinearFit(tuple(names), tuple(float(c) for c in coef), tuple(float(r) for r in residuals))
 
 
-def fit_prefill(uncached: Sequence[float], cached: Sequence[float], ttft_s: Sequence[float]) -> LinearFit:
-    """``ttft = fixed + u * s_per_token + attention * u * (p + u / 2)``."""
+def fit_prefill(uncached: Sequence[float], cached: Sequence[float], ttft_s: Sequence[float],
+                steps: Sequence[float] | None = None) -> LinearFit:
+    """``ttft = fixed * steps + u * s_per_token + attention * u * (p + u / 2)`` (``steps`` 1 when not given)."""
     u = np.asarray(uncached, dtype=float)
     p = np.asarray(cached, dtype=float)
-    x = np.column_stack([np.ones_like(u), u, u * (p + u / 2.0)])
+    n = np.ones_like(u) if steps is None else np.asarray(steps, dtype=float)
+    x = np.column_stack([n, u, u * (p + u / 2.0)])
     return fit_nonnegative(("fixed_s", "s_per_token", "attention_s_per_token_position"), x, np.asarray(ttft_s))
 
 

@@ -4,12 +4,17 @@
    its context length, and that a repeated prefix is served from its cache.
 2. **prefill**: time to first token against prompt length, uncached (one
    fresh message) and after a cached prefix (the same first message, then a
-   fresh one).
+   fresh one). Read as a colocated server, the fixed cost is paid once per
+   prefill step of the engine's token budget (the chunk), as the simulator's
+   colocated server charges it; read as PD, once per call.
 3. **decode**: step time of single calls against context, then of batches of
    concurrent calls of short and of longer prompts against their size (each
    call's batch is how many calls were in decode beside it, averaged over its
    own decode); the context term is fitted to single calls, base and
-   per-request cost to the batches (:mod:`basin.calibrate.fit`).
+   per-request cost to the batches (:mod:`basin.calibrate.fit`). On a
+   colocated server the prefills of a batch's later calls ride in the steps
+   of its earlier calls' decode; their cost (by the prefill fit) is taken
+   out, since the profile's decode step is the step without prefill.
 4. **prefix cache**: filled with distinct prompts, the least recently used
    one re-read after each fill; when it misses, everything is re-read from
    the newest and the cached tokens counted until the first miss: that sum is
@@ -72,6 +77,12 @@ class CalibrationSettings:
     #: The longest prompt sent (and fill size of the prefix cache), below the engine's context.
     max_prompt_tokens: int = 32768
     repeats: int = 3
+    #: How the profile places the engine: one colocated server, or one side of a PD pair.
+    topology: str = "colocated"
+    #: The engine's per-step token budget as the user states it (``--chunk-tokens``).
+    chunk_tokens: int | None = None
+    #: The engine's limit of running requests as the user states it (``--max-running-requests``).
+    max_running_requests: int | None = None
 
 
 @dataclass
@@ -95,6 +106,9 @@ class Measured:
     cached_source: str = "usage.prompt_tokens_details.cached_tokens"
     decode_clock: str = "the stream's arrival times"
     observed_pages: list[int] = field(default_factory=list)
+    #: The engine's per-step token budget (prefill chunk) and where it came from; None when unknown.
+    chunk_tokens: int | None = None
+    chunk_from: str = ""
     prefill_fit: LinearFit | None = None
     context_fit: LinearFit | None = None
     batch_fit: LinearFit | None = None
@@ -113,21 +127,40 @@ class Measured:
             "budget_s": self.settings.budget_s, "elapsed_s": round(self.elapsed_s, 3),
             "clock": self.clock, "wall_s_per_engine_s": self.wall_per_engine_s,
             "cached_tokens_from": self.cached_source, "decode_timed_by": self.decode_clock,
-            "max_prompt_tokens": self.max_prompt_tokens,
+            "max_prompt_tokens": self.max_prompt_tokens, "topology": self.settings.topology,
+            "chunk": {"tokens": self.chunk_tokens, "from": self.chunk_from or "unknown"},
             "tokenizer": {"tokens_per_word": self.tokens_per_word, "template_tokens": self.template_tokens},
             "prefill": {"points": grouped(self.prefill_rows, "target", ("prompt_tokens", "cached_tokens", "ttft_s")),
-                        "fit": self.prefill_fit.record() if self.prefill_fit else None},
+                        "fit": self.prefill_fit.record() if self.prefill_fit else None,
+                        "fixed_s_per": self.fixed_per()},
             "decode_single": {"points": grouped(self.single_rows, "target", ("prompt_tokens", "context_tokens",
                                                                              "step_s")),
                               "fit": self.context_fit.record() if self.context_fit else None},
             "decode_batch": {"points": grouped(self.batch_rows, "batch", ("effective_batch", "prompt_tokens",
-                                                                          "context_tokens", "step_s")),
+                                                                          "context_tokens", "step_s",
+                                                                          "prefill_in_decode_s")),
                              "fit": self.batch_fit.record() if self.batch_fit else None,
                              "fit_rows": "the batches, their context term (from single calls) taken out"},
             "prefix_cache": self.prefix,
             "kv_capacity": self.kv,
             "notes": list(self.notes),
         }
+
+    def fixed_per(self) -> str:
+        if self.prefill_steps_counted:
+            return f"prefill step of at most {self.chunk_tokens} new tokens (colocated)"
+        return "call"
+
+    @property
+    def prefill_steps_counted(self) -> bool:
+        """Whether the prefill fit's fixed cost is per step of the chunk (a colocated server of known budget)."""
+        return self.settings.topology == "colocated" and self.chunk_tokens is not None
+
+    def prefill_steps(self, uncached: float) -> float:
+        """Prefill steps of ``uncached`` new tokens: one per chunk read colocated, else one a call."""
+        if not self.prefill_steps_counted or self.chunk_tokens is None:
+            return 1.0
+        return float(max(1, math.ceil(uncached / self.chunk_tokens)))
 
 
 def _geometric(low: int, high: int, n: int) -> list[int]:
@@ -214,6 +247,7 @@ class Calibrator:
                 f"--engine {self.s.url}: the engine's context length is {d.context_tokens} tokens "
                 f"({d.sources.get('context_tokens')}); calibrate needs at least {MIN_CONTEXT_TOKENS}: start it "
                 "with a longer context (vLLM --max-model-len, llama.cpp -c per slot, SGLang --context-length)")
+        self._chunk(d)
         self._note("probe", 0.3, "learning the tokenizer")
         w1, w2 = 20, 200
         a = await self.client.chat([{"role": "user", "content": self.text.words(w1)}], 1)
@@ -240,6 +274,27 @@ class Calibrator:
             self._cached_counter = CACHED_COUNTER[self.s.kind]
             self.m.cached_source = f"{self._cached_counter} (the engine's counter around each call)"
         await self._check_caching()
+
+    def _chunk(self, d: Declared) -> None:
+        """The engine's per-step token budget and running limit: declared, or
+        given with ``--chunk-tokens`` / ``--max-running-requests``; they must agree."""
+        for flag, name, what, given in (
+                ("--chunk-tokens", "chunk_tokens", "a per-step token budget", self.s.chunk_tokens),
+                ("--max-running-requests", "max_running_requests", "a limit of running requests",
+                 self.s.max_running_requests)):
+            have = getattr(d, name)
+            if given is not None and have is not None and given != have:
+                raise BasinInputError(f"{flag} {given}: the engine declares {what} of {have} "
+                                      f"({d.sources.get(name)}); leave the flag out or give its value")
+        if self.s.max_running_requests is not None:
+            d.set("max_running_requests", self.s.max_running_requests,
+                  "--max-running-requests (the engine's limit, as the user gave it)")
+        given = self.s.chunk_tokens
+        if d.chunk_tokens is not None:
+            self.m.chunk_tokens, self.m.chunk_from = d.chunk_tokens, f"declared: {d.sources.get('chunk_tokens')}"
+        elif given is not None:
+            self.m.chunk_tokens = given
+            self.m.chunk_from = "--chunk-tokens (the engine's declared per-step token budget, as the user gave it)"
 
     async def _check_caching(self) -> None:
         self._note("probe", 0.6, "checking the prefix cache")
@@ -340,34 +395,61 @@ class Calibrator:
         if len(points) < 3:
             raise BasinInputError(f"--budget-s {self.s.budget_s:g}: prefill was measured at {len(points)} prompt "
                                   "length(s) in its share, 3 are needed; give a longer budget")
-        self.m.prefill_fit = fit_prefill([r["prompt_tokens"] - r["cached_tokens"] for r in points],
-                                         [r["cached_tokens"] for r in points], [r["ttft_s"] for r in points])
+        uncached = [r["prompt_tokens"] - r["cached_tokens"] for r in points]
+        self.m.prefill_fit = fit_prefill(uncached, [r["cached_tokens"] for r in points],
+                                         [r["ttft_s"] for r in points], [self.m.prefill_steps(u) for u in uncached])
         if self.m.prefill_fit["s_per_token"] <= 0:
             raise BasinInputError(f"--engine {self.s.url}: time to first token did not grow with prompt length; "
                                   "the engine cannot be measured (is it answering from a cache of whole answers?)")
 
     def _ttft_s(self, uncached: float, cached: float) -> float:
+        return self.m.prefill_steps(uncached) * self._fit("fixed_s") + self._compute_s(uncached, cached)
+
+    def _fit(self, name: str) -> float:
         f = self.m.prefill_fit
         assert f is not None
-        return f["fixed_s"] + uncached * (f["s_per_token"] + f["attention_s_per_token_position"]
-                                          * (cached + uncached / 2.0))
+        return f[name]
+
+    def _compute_s(self, uncached: float, cached: float) -> float:
+        """Prefill time of ``uncached`` tokens after ``cached`` ones, without the fixed cost."""
+        return uncached * (self._fit("s_per_token") + self._fit("attention_s_per_token_position")
+                           * (cached + uncached / 2.0))
 
     # ---------------------------------------------------------------- 3 decode
     def _decode_out(self) -> int:
         return 256 if self.m.clock == "engine" else 64
 
-    def _step(self, sample: CallSample) -> float | None:
-        """Mean decode step of a call; None when it cannot be timed: too short,
-        or (by the wall clock) its tokens arrived at fewer distinct times than
-        half their number, as when a lagging server sends a backlog at once,
-        which hides when decoding began."""
+    def _step(self, sample: CallSample, prefill_in_decode_s: float = 0.0) -> float | None:
+        """Mean decode step of a call, less ``prefill_in_decode_s`` of other
+        calls' prefill that ran in its steps; None when it cannot be timed:
+        too short, or (by the wall clock) its tokens arrived at fewer distinct
+        times than half their number, as when a lagging server sends a backlog
+        at once, which hides when decoding began."""
         steps = sample.output_tokens - 1
         if steps < 4:
             return None
         if sample.engine_decode_s is None and len(set(sample.chunk_s)) < 0.5 * sample.output_tokens:
             self._untimed += 1
             return None
-        return sample.decode_s() / steps
+        return max(sample.decode_s() - prefill_in_decode_s, 0.0) / steps
+
+    def _prefill_in_decode(self, samples: list[CallSample], engine_timed: bool) -> list[float]:
+        """Per call of a concurrent group, the prefill (by the fit, without its
+        fixed cost) of the group's other calls whose first token came while it
+        decoded: on a colocated server their chunks ran in its decode steps
+        (a step's time is its decode plus its chunks). Zero read as PD, where
+        prefill runs on instances of its own. By the engine's histogram only
+        the group's mean decode is known, so each call gets the mean."""
+        if self.s.topology != "colocated" or len(samples) < 2:
+            return [0.0] * len(samples)
+        firsts = [s.start_s + s.ttft_s for s in samples]
+        ends = [s.start_s + s.latency_s for s in samples]
+        cost = [self._compute_s(s.prompt_tokens - (s.cached_tokens or 0), s.cached_tokens or 0) for s in samples]
+        out = [sum(c for j, c in enumerate(cost) if j != i and firsts[i] < firsts[j] <= ends[i])
+               for i in range(len(samples))]
+        if engine_timed:
+            return [float(np.mean(out))] * len(out)
+        return out
 
     async def _decode(self) -> None:
         out = self._decode_out()
@@ -418,13 +500,15 @@ class Calibrator:
                     # By the engine's clock the group's mean is known, not each call's own
                     # decode span, so the batch is taken as the whole group.
                     batch_sizes = [float(b)] * b if engine_timed else _effective_batch(samples)
-                    for sample, eff in zip(samples, batch_sizes):
-                        step = self._step(sample)
+                    ridden = self._prefill_in_decode(samples, engine_timed)
+                    for sample, eff, extra in zip(samples, batch_sizes, ridden):
+                        step = self._step(sample, extra)
                         if step is not None:
                             self.m.batch_rows.append({"batch": f"{b} x {prompt}", "calls": b, "effective_batch": eff,
                                                       "step_s": step, "prompt_tokens": sample.prompt_tokens,
                                                       "context_tokens": eff * (sample.prompt_tokens
-                                                                               + sample.output_tokens / 2.0)})
+                                                                               + sample.output_tokens / 2.0),
+                                                      "prefill_in_decode_s": extra})
                     done += 1
                     self._note("decode", done / total, f"a batch of {b} x {prompt} tokens")
         if self._untimed:

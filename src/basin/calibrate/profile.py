@@ -5,10 +5,10 @@ Which measurement sets each figure of the hardware profile:
 | figure | from |
 | --- | --- |
 | ``prefill.linear_tokens_per_s``, ``attention_s_per_token_position`` | the prefill fit |
-| ``transfer_s`` | the prefill fit's fixed cost per call (HTTP, tokenising, scheduling, first sample) |
-| ``prefill.step_overhead_s`` | 0: the fixed cost is charged once a call, in ``transfer_s`` |
+| ``prefill.step_overhead_s`` | colocated: the prefill fit's fixed cost per prefill step; PD: 0 |
+| ``transfer_s`` | colocated: 0 (no transfer); PD: the prefill fit's fixed cost per call |
 | ``prefill.prefix_cache_tokens`` | filling and re-reading; else the declared pool; else the lower bound reached |
-| ``prefill.chunk_tokens`` | the engine's declared chunk; else the longest prompt measured |
+| ``prefill.chunk_tokens`` | the engine's declared budget, or ``--chunk-tokens``; else the longest prompt measured |
 | ``decode.step_*`` | single calls (context term), then batches of short and longer prompts |
 | ``decode.kv_tokens`` | the KV gauge under load; else declared; else the prefix cache (one shared pool) |
 | ``decode.max_running_requests`` | declared; else the largest batch measured |
@@ -16,6 +16,11 @@ Which measurement sets each figure of the hardware profile:
 
 No host tier is measured (``host_ratio`` 0), so the reload rate is set to the
 prefill rate (a reload costs what recomputing does) and never charged.
+
+The deployment is one colocated server (``topology: colocated``: a single
+vLLM, llama.cpp or SGLang server, whose prefill and decode share each step
+and one KV pool), or, measured as one side of a PD pair, one prefill and one
+decode instance (``topology: pd``).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Any
 import yaml
 
 from basin.calibrate.measure import BATCH_SIZES, Measured
-from basin.catalog.calibrated import CalibratedProfile
+from basin.catalog.calibrated import CalibratedProfile, CalibratedShape
 from basin.catalog.hardware import DecodeProfile, HardwareProfile, PrefillProfile
 from basin.errors import BasinInputError
 
@@ -72,8 +77,13 @@ def build_profile(name: str, m: Measured, itl_slo_s: float) -> CalibratedProfile
                                   (largest_batch if largest_batch < BATCH_SIZES[-1] else None,
                                    "the largest batch measured"),
                                   (256, "no limit seen up to the largest batch measured; vLLM's default"))
-    chunk, chunk_from = _pick((d.chunk_tokens, f"declared: {d.sources.get('chunk_tokens')}"),
-                              (m.max_prompt_tokens, "the longest prompt measured"))
+    chunk, chunk_from = _pick((m.chunk_tokens, m.chunk_from),
+                              (m.max_prompt_tokens, "the longest prompt measured (the engine declares no per-step "
+                                                    "token budget and --chunk-tokens was not given)"))
+    colocated = m.settings.topology == "colocated"
+    # The fixed cost: per prefill step on a colocated server (where the
+    # simulator charges it), per call in a PD transfer (where it does).
+    overhead_s, transfer_s = (pf["fixed_s"], 0.0) if colocated else (0.0, pf["fixed_s"])
     pages = [p for p in m.observed_pages if p > 0]
     page, page_from = _pick((d.page_tokens, f"declared: {d.sources.get('page_tokens')}"),
                             (reduce(math.gcd, pages) if pages else None, "common divisor of the cached counts"),
@@ -82,14 +92,14 @@ def build_profile(name: str, m: Measured, itl_slo_s: float) -> CalibratedProfile
         name=name,
         description=f"calibrated from {m.settings.kind} engine {d.model or ''} at {m.settings.url}".replace("  ", " "),
         page_tokens=page,
-        prefill=PrefillProfile(prefix_cache_tokens=cache, chunk_tokens=chunk, step_overhead_s=0.0,
+        prefill=PrefillProfile(prefix_cache_tokens=cache, chunk_tokens=chunk, step_overhead_s=overhead_s,
                                linear_tokens_per_s=linear,
                                attention_s_per_token_position=pf["attention_s_per_token_position"],
                                load_tokens_per_s=linear, load_threshold_tokens=0),
         decode=DecodeProfile(kv_tokens=kv, reserve_output_tokens=0, step_base_s=base,
                              step_per_request_s=per_request, step_per_context_token_s=per_context,
                              max_running_requests=running),
-        transfer_s=pf["fixed_s"],
+        transfer_s=transfer_s,
         itl_slo_s=itl_slo_s,
     )
     calibration = m.record()
@@ -97,8 +107,14 @@ def build_profile(name: str, m: Measured, itl_slo_s: float) -> CalibratedProfile
     calibration["figures_from"] = {"prefix_cache_tokens": cache_from, "kv_tokens": kv_from,
                                    "max_running_requests": running_from, "chunk_tokens": chunk_from,
                                    "page_tokens": page_from,
+                                   "step_overhead_s": f"the prefill fit's fixed cost per {m.fixed_per()}"
+                                   if colocated else "0: the fixed cost is charged once a call, in transfer_s",
+                                   "transfer_s": "0: a colocated server transfers nothing" if colocated
+                                   else "the prefill fit's fixed cost per call",
+                                   "topology": f"--topology {m.settings.topology}",
                                    "itl_slo_s": "--itl-slo-s (a service target, not a measurement)"}
-    return CalibratedProfile(name=name, hardware=hardware, calibration=_plain(calibration))
+    shape = CalibratedShape(topology="colocated" if colocated else "pd")
+    return CalibratedProfile(name=name, hardware=hardware, deployment=shape, calibration=_plain(calibration))
 
 
 def _plain(value: Any) -> Any:

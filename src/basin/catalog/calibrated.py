@@ -2,9 +2,12 @@
 a hardware profile and a one-engine deployment of it, with the measurements
 its figures were fitted from.
 
-A real engine serves prefill and decode in one process; the simulator's
-nearest shape is one prefill and one decode instance (``1P1D``) of the
-measured hardware, which is what the file's deployment says. The file is
+A single engine (vLLM, llama.cpp, SGLang without PD) serves prefill and
+decode in one process, from one token budget a step and one KV pool: a
+colocated server (docs/colocated.md), which is what the file's deployment
+says unless it was measured as one side of a PD pair (``topology: pd``, one
+prefill and one decode instance). Files written before the colocated
+topology existed have no ``topology`` and stay ``1P1D``. The file is
 found wherever a deployment or a hardware name is taken: by path, or by name
 in the user profile folder (:func:`user_profile_dir`). Shipped names come
 first, so a calibrated profile never shadows one.
@@ -16,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from basin.catalog.hardware import HardwareProfile
 
@@ -36,7 +39,9 @@ def user_profile_dir() -> Path:
 
 
 class CalibratedShape(BaseModel):
-    """How the simulator places the measured engine: one prefill and one decode instance, no host tier."""
+    """How the simulator places the measured engine: one colocated server
+    (``topology: colocated``), or one prefill and one decode instance
+    (``pd``, the default of files that do not say); no host tier."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -44,6 +49,16 @@ class CalibratedShape(BaseModel):
     decode_instances: int = Field(default=1, ge=1)
     host_ratio: float = Field(default=0.0, ge=0)
     router: Literal["cache-aware", "affinity", "least-loaded"] = "cache-aware"
+    topology: Literal["pd", "colocated"] = "pd"
+
+    @model_validator(mode="after")
+    def _colocated_servers(self) -> CalibratedShape:
+        if self.topology == "colocated" and self.prefill_instances != self.decode_instances:
+            raise ValueError("a colocated deployment has as many prefill as decode instances (its servers): "
+                             f"got {self.prefill_instances} and {self.decode_instances}")
+        if self.topology == "colocated" and self.host_ratio:
+            raise ValueError("a colocated deployment has no host tier: set host_ratio to 0")
+        return self
 
 
 class CalibratedProfile(BaseModel):

@@ -166,11 +166,16 @@ def _calibrated_deployment(path: Path, name_or_path: str, data: object) -> Deplo
     return Deployment(name=name_or_path if by_name else profile.name,
                       hardware=name_or_path if by_name else str(path.resolve()),
                       prefill_instances=shape.prefill_instances, decode_instances=shape.decode_instances,
-                      host_ratio=shape.host_ratio, router=shape.router)
+                      host_ratio=shape.host_ratio, router=shape.router, topology=shape.topology)
 
 
 def with_host_ratio(deployment: Deployment, host_ratio: float | None) -> Deployment:
-    """The deployment with another host tier (None keeps its own)."""
+    """The deployment with another host tier (None keeps its own). A
+    colocated deployment has none: its one pool holds cache and requests."""
     if host_ratio is None or host_ratio == deployment.host_ratio:
         return deployment
+    if deployment.topology == "colocated":
+        raise BasinInputError(f"host ratio {host_ratio:g}: deployment {deployment.name} is colocated "
+                              f"({deployment.shape}: one KV pool for cache and running requests, no host tier); "
+                              "leave the host ratio out or give a PD shape such as 1P1D-HARDWARE")
     return deployment.model_copy(update={"host_ratio": host_ratio})

@@ -22,6 +22,20 @@ def calibrate(
     itl_slo_s: float = typer.Option(0.05, "--itl-slo-s", help="Inter-token latency target written to the "
                                     "profile (a service target, not measured)."),
     seed: int = typer.Option(0, "--seed", help="Seeds the random prompt text."),
+    topology: str = typer.Option("colocated", "--topology", help="How the profile places the engine: colocated "
+                                 "(one server whose prefill and decode share each step and one KV pool: a single "
+                                 "vLLM, llama.cpp or SGLang server) or pd (one prefill and one decode instance, for "
+                                 "one side of a PD pair)."),
+    chunk_tokens: Optional[int] = typer.Option(None, "--chunk-tokens", help="The engine's declared per-step token "
+                                               "budget (prefill chunk), e.g. vLLM's --max-num-batched-tokens (2048 "
+                                               "on its CPU API server), which vLLM declares over HTTP only with "
+                                               "VLLM_SERVER_DEV_MODE=1. A statement, not a measurement (default: "
+                                               "the declared one, else the longest prompt measured)."),
+    max_running_requests: Optional[int] = typer.Option(None, "--max-running-requests", help="The engine's "
+                                                       "declared limit of running requests, e.g. vLLM's "
+                                                       "--max-num-seqs (128 on its CPU API server), where the "
+                                                       "engine does not declare it over HTTP (default: the declared "
+                                                       "one, else the largest batch measured, or 256)."),
 ) -> None:
     """Measure a running engine's prefill, decode and cache capacities, and write a profile.
 
@@ -30,6 +44,9 @@ def calibrate(
         basin calibrate --engine http://127.0.0.1:8000 --engine-kind vllm --out my-vllm --budget-s 600
 
     then: basin emulate --deployment my-vllm, basin profile my-vllm, basin vulnerable my-vllm
+
+    The profile's deployment is one colocated server (--topology colocated,
+    the default); --topology pd writes one prefill and one decode instance.
     """
     import asyncio
     import math
@@ -52,9 +69,18 @@ def calibrate(
         raise BasinInputError(f"--max-prompt-tokens {max_prompt_tokens}: give at least 256")
     if not math.isfinite(itl_slo_s) or itl_slo_s <= 0:
         raise BasinInputError(f"--itl-slo-s {itl_slo_s:g}: give a positive number of seconds")
+    if topology not in ("colocated", "pd"):
+        raise BasinInputError(f"--topology {topology!r}: use colocated (a single engine) or pd (one side of a PD pair)")
+    if max_running_requests is not None and max_running_requests < 1:
+        raise BasinInputError(f"--max-running-requests {max_running_requests}: give the engine's limit (at least 1; "
+                              "vLLM's --max-num-seqs)")
+    if chunk_tokens is not None and chunk_tokens < 16:
+        raise BasinInputError(f"--chunk-tokens {chunk_tokens}: give the engine's per-step token budget (at least 16; "
+                              "vLLM's --max-num-batched-tokens)")
     name, path = output_path(out)
     settings = CalibrationSettings(url=engine, kind=engine_kind, model=model, budget_s=budget_s, seed=seed,
-                                   max_prompt_tokens=max_prompt_tokens)
+                                   max_prompt_tokens=max_prompt_tokens, topology=topology, chunk_tokens=chunk_tokens,
+                                   max_running_requests=max_running_requests)
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]{task.fields[phase]:<8}"), BarColumn(), TextColumn("{task.description}"),
                   TimeElapsedColumn(), console=console, transient=False) as bar:
@@ -74,10 +100,14 @@ def calibrate(
     profile = build_profile(name, measured, itl_slo_s)
     write_profile(profile, path)
     hw = profile.hardware
-    typer.echo(f"wrote {path} in {measured.elapsed_s:.0f} s ({measured.clock} clock)")
+    typer.echo(f"wrote {path} in {measured.elapsed_s:.0f} s ({measured.clock} clock), "
+               f"deployment {'one colocated server (1C)' if topology == 'colocated' else '1P1D'}")
     pre = hw.prefill
+    fixed = f"fixed {hw.transfer_s * 1e3:.1f} ms a call" if topology == "pd" else \
+        f"fixed {pre.step_overhead_s * 1e3:.1f} ms a {measured.fixed_per()}"
     typer.echo(f"  prefill  {pre.linear_tokens_per_s:,.0f} tokens/s, + {pre.attention_s_per_token_position:.3g}"
-               f" s per token-position, fixed {hw.transfer_s * 1e3:.1f} ms a call")
+               f" s per token-position, {fixed}; chunk {pre.chunk_tokens:,} tokens "
+               f"({profile.calibration['figures_from']['chunk_tokens']})")
     typer.echo(f"  decode   step {hw.decode.step_base_s * 1e3:.2f} ms + {hw.decode.step_per_request_s * 1e3:.3f} ms a "
                f"request + {hw.decode.step_per_context_token_s:.3g} s a context token")
     typer.echo(f"  capacity prefix cache {hw.prefill.prefix_cache_tokens:,} tokens, KV {hw.decode.kv_tokens:,} tokens, "
