@@ -23,9 +23,9 @@ from basin.gateway.config import GatewayConfig
 from basin.gateway.gate import Gate, ShedError
 from basin.gateway.sessions import SessionState
 from basin.gateway.usage import CallUsage
-from basin.policy.base import Admission, ControlDecision, Policy, SessionInfo, Signals
+from basin.policy.base import Admission, ControlDecision, EngineFigures, Policy, SessionInfo, Signals
 from basin.policy.basin import BasinParams, BasinPolicy, CliffSummary
-from basin.policy.driver import EngineFigures, PolicyDriver
+from basin.policy.driver import PolicyDriver
 from basin.policy.thunderagent import ThunderAgentPolicy
 from basin.predict.peak import GrowthPredictor
 
@@ -199,8 +199,8 @@ def test_a_burst_of_first_calls_is_decided_alike_by_the_gateway_and_the_driver()
     gate_verdicts = []
     for i, p in enumerate(prompts):
         sess = gate.open_call(f"s{i}", 1.0, p, None, end=False)
-        gate_verdicts.append(sess.state is SessionState.ADMITTED)
-        if sess.state is SessionState.ADMITTED:
+        gate_verdicts.append(gate.session_state(sess) is SessionState.ADMITTED)
+        if gate.session_state(sess) is SessionState.ADMITTED:
             gate.forwarded(sess, p, 1.0)
 
     class SimHost:

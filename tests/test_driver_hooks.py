@@ -9,8 +9,8 @@ skip a hook a policy does define, also after :meth:`PolicyDriver.switch_policy`.
 
 from __future__ import annotations
 
-from basin.policy.base import Admission, SessionInfo, Signals
-from basin.policy.driver import EngineFigures, PolicyDriver
+from basin.policy.base import Admission, EngineFigures, SessionInfo, Signals
+from basin.policy.driver import PolicyDriver
 from basin.policy.hicache import HiCachePolicy
 
 

@@ -13,7 +13,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "basin"
 
 #: Modules at the base of the package, free for every part to import but the
 #: policy core, which may import only the pure ones (``POLICY_BASE``).
-BASE = {"errors", "paths", "jsonvalues", "yamlfile", "plotting", "diskcache", "hostport", "accel", "cliff"}
+BASE = {"errors", "paths", "jsonvalues", "yamlfile", "plotting", "diskcache", "hostport", "accel", "cliff",
+        "runtables"}
 #: The base modules the policy core may import: errors, and the cliff's shape (numpy only).
 POLICY_BASE = {"errors", "cliff"}
 

@@ -9,6 +9,7 @@ import pytest
 
 from basin.errors import BasinInputError
 from basin.metrics import RunState, summarize_run
+from basin.metrics.sessions import SESSION_FIGURES, SessionFigures, session_metrics
 from test_metrics_builders import make_timeseries
 
 N_SESSIONS = 2000
@@ -85,3 +86,18 @@ def test_measure_end_outside_the_run_is_rejected() -> None:
     with pytest.raises(BasinInputError, match="measure_end_s"):
         summarize_run(calls, sessions, timeseries, system="x", trigger_s=None, duration_s=DURATION_S,
                       measure_end_s=DURATION_S + 1)
+
+
+def test_the_summary_is_the_session_figures_and_its_json_keeps_its_keys_in_order() -> None:
+    """RunSummary extends SessionFigures (declared once, shared with
+    SessionMetrics); the JSON still starts with the run's identity."""
+    calls, sessions, timeseries, _ = _random_run(3)
+    s = summarize_run(calls, sessions, timeseries, system="x", trigger_s=None, duration_s=DURATION_S,
+                      measure_end_s=5400.0)
+    sm = session_metrics(sessions, calls, measure_end_s=5400.0, run_end_s=DURATION_S)
+    assert isinstance(s, SessionFigures) and isinstance(sm, SessionFigures)
+    assert {name: getattr(s, name) for name in SESSION_FIGURES} == pytest.approx(sm.figures(), nan_ok=True)
+    keys = list(s.to_dict())
+    assert keys[:5] == ["system", "duration_s", "measure_end_s", "trigger_s", "itl_slo_s"]
+    assert keys[5:5 + len(SESSION_FIGURES)] == list(SESSION_FIGURES)
+    assert "measure_start_s" not in keys

@@ -94,10 +94,10 @@ def _basin_gate(**kw) -> Gate:
 
 def _session(gate: Gate, sid: str, now: float, prompt: int = 1_000, answer: int = 200) -> SessionState:
     sess = gate.open_call(sid, now, prompt, None, end=False)
-    if sess.state is SessionState.ADMITTED:
+    if gate.session_state(sess) is SessionState.ADMITTED:
         gate.forwarded(sess, prompt, now)
         gate.done(sess, CallUsage(prompt, answer, 0), now + 0.5)
-    return sess.state
+    return gate.session_state(sess)
 
 
 def test_six_sessions_on_two_llamacpp_slots_engage_basins_admission() -> None:

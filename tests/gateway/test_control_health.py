@@ -70,9 +70,9 @@ def test_a_failing_step_is_logged_counted_retried_and_parked_sessions_are_shed(c
         delays = [gate.control_step(float(i)) for i in range(1, 3)]
     assert delays == [0.5, 1.0] and gate.control_failures == 2 and gate.control_errors == 2
     assert all(r.exc_info and r.exc_info[0] is ZeroDivisionError for r in caplog.records)
-    assert not gate.control_failed and held.state is SessionState.PARKED  # still within the limit
+    assert not gate.control_failed and gate.session_state(held) is SessionState.PARKED  # still within the limit
     assert gate.control_step(3.0) == 2.0 and gate.control_failed  # the third in a row
-    assert held.state is SessionState.SHED and waiter.results == [SessionState.SHED]
+    assert gate.session_state(held) is SessionState.SHED and waiter.results == [SessionState.SHED]
     assert held.shed_reason == "controller-failed" and not gate.driver.parked
     # While the controller is down, a new session the policy parks is answered at once.
     with pytest.raises(ShedError) as shed:
@@ -107,7 +107,7 @@ def test_over_http_healthz_turns_unhealthy_and_held_calls_are_answered(caplog) -
             policy.verdicts = [Admission.PARK]
             held = asyncio.create_task(client.post(url + "/v1/chat/completions", json=chat("held")))
             await asyncio.sleep(0.1)
-            assert server.gate.table.get("held").state is SessionState.PARKED
+            assert server.gate.session_state(server.gate.table.get("held")) is SessionState.PARKED
             policy.broken = True
             server.request_tick()
             for _ in range(100):

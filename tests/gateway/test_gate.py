@@ -79,8 +79,8 @@ def test_admitted_parked_and_shed_sessions():
     gate = Gate(policy, CONFIG, capacity_tokens=10_000)
     a = gate.open_call("a", 0.0, 100, "task a", end=False)
     b = gate.open_call("b", 1.0, 100, "task b", end=False)
-    assert a.state is SessionState.ADMITTED and not gate.must_wait(a)
-    assert b.state is SessionState.PARKED and gate.must_wait(b)
+    assert gate.session_state(a) is SessionState.ADMITTED and not gate.must_wait(a)
+    assert gate.session_state(b) is SessionState.PARKED and gate.must_wait(b)
     with pytest.raises(ShedError) as shed:
         gate.open_call("c", 2.0, 100, None, end=False)
     assert shed.value.reason == "policy"
@@ -88,6 +88,23 @@ def test_admitted_parked_and_shed_sessions():
     assert gate.counts["admitted"] == 1 and gate.counts["parked"] == 1 and gate.counts["shed"] == 1
     # A later call of an admitted session passes without asking the policy again.
     assert gate.open_call("a", 3.0, 150, None, end=False) is a
+
+
+def test_standing_is_read_from_the_drivers_ledger_alone():
+    """The gateway keeps no standing of its own: what it answers (the held
+    call, /state's counts and working set) follows the driver's ledger."""
+    policy = Scripted([Admission.ADMIT, Admission.PARK])
+    gate = Gate(policy, CONFIG, capacity_tokens=10_000)
+    a = gate.open_call("a", 0.0, 100, None, end=False)
+    b = gate.open_call("b", 1.0, 300, None, end=False)
+    assert not hasattr(a, "state")
+    assert gate.session_counts() == {"admitted": 1, "parked": 1} == gate.state()["sessions"]
+    assert gate.state()["working_set_tokens"] == gate.driver.working_set_tokens == 100
+    policy.next_decision = ControlDecision(release=(b.uid,))
+    gate.tick(2.0)  # the driver admits b: nothing else is told
+    assert gate.driver.is_admitted(b.uid) and gate.session_state(b) is SessionState.ADMITTED
+    assert not gate.must_wait(b) and gate.session_counts() == {"admitted": 2, "parked": 0}
+    assert gate.state()["working_set_tokens"] == 400
 
 
 def test_release_wakes_each_waiter_once_and_ignores_repeats():
@@ -137,12 +154,12 @@ def test_end_marker_finishes_after_the_last_answer_and_context_follows_usage():
     sess = gate.open_call("s", 0.0, 100, None, end=False)
     gate.forwarded(sess, 100, 0.0)
     gate.done(sess, CallUsage(prompt_tokens=120, completion_tokens=30, cached_tokens=0), 1.0)
-    assert sess.context_tokens == 150 and gate.table.working_set_tokens() == 150
+    assert sess.context_tokens == 150 and gate.driver.working_set_tokens == 150
     gate.open_call("s", 2.0, 200, None, end=True)
     gate.forwarded(sess, 200, 2.0)
     assert gate.table.get("s") is sess  # still answering
     gate.done(sess, CallUsage(prompt_tokens=200, completion_tokens=40, cached_tokens=150), 3.0)
-    assert gate.table.get("s") is None and sess.state is SessionState.FINISHED
+    assert gate.table.get("s") is None and gate.session_state(sess) is SessionState.FINISHED
     assert policy.last_calls[-1] == (sess.uid, 240, True)
     assert policy.issued == [(sess.uid, 100), (sess.uid, 200)]
     assert gate.signals(3.5).hit_rate == pytest.approx(150 / 320)
@@ -155,7 +172,7 @@ def test_idle_sessions_expire_but_not_while_a_call_is_in_flight():
     gate.forwarded(busy, 100, 0.0)
     idle = gate.open_call("idle", 0.0, 100, None, end=False)
     gate.tick(150.0)
-    assert gate.table.get("idle") is None and idle.state is SessionState.FINISHED
+    assert gate.table.get("idle") is None and gate.session_state(idle) is SessionState.FINISHED
     assert gate.table.get("busy") is busy and gate.counts["expired"] == 1
 
 
@@ -287,7 +304,7 @@ def test_basin_parks_beyond_the_budget_and_releases_smallest_first():
     assert policy.state.admit and policy.state.budget == pytest.approx(4_000)
     big = gate.open_call("big", 13.0, 1_200, None, end=False)
     small = gate.open_call("small", 14.0, 600, None, end=False)
-    assert big.state is SessionState.PARKED and small.state is SessionState.PARKED
+    assert gate.session_state(big) is SessionState.PARKED and gate.session_state(small) is SessionState.PARKED
     waiters = {"big": OnceFuture(), "small": OnceFuture()}
     gate.wait(big, waiters["big"])
     gate.wait(small, waiters["small"])
@@ -297,8 +314,8 @@ def test_basin_parks_beyond_the_budget_and_releases_smallest_first():
         gate.done(sess, CallUsage(1_900, 10, 1_850), 21.0)
     gate.tick(22.0)
     # Reserved now: c's 1,500; small (900) fits the 4,000 budget first, then big (1,800) too.
-    assert small.state is SessionState.ADMITTED and waiters["small"].results == [SessionState.ADMITTED]
-    assert big.state is SessionState.ADMITTED
+    assert gate.session_state(small) is SessionState.ADMITTED and waiters["small"].results == [SessionState.ADMITTED]
+    assert gate.session_state(big) is SessionState.ADMITTED
     assert policy.state.reserved <= policy.state.budget
 
 
@@ -359,7 +376,7 @@ def test_no_held_call_is_lost_or_woken_twice(ops, verdicts):
         elif op == "shed":
             policy.next_decision = ControlDecision(shed=(sess.uid,))
             gate.tick(now)
-        elif op == "finish" and sess.state is SessionState.ADMITTED:
+        elif op == "finish" and gate.session_state(sess) is SessionState.ADMITTED:
             gate.forwarded(sess, 10, now)
             sess.ending = True
             gate.done(sess, None, now)
@@ -378,7 +395,7 @@ def test_no_held_call_is_lost_or_woken_twice(ops, verdicts):
                 held_somewhere = any(w in held for held in gate.waiters.values())
                 assert held_somewhere or id(w) in abandoned, "a held call was lost"
     for sess in gate.table.sessions.values():
-        assert sess.state in (SessionState.ADMITTED, SessionState.PARKED)
+        assert gate.session_state(sess) in (SessionState.ADMITTED, SessionState.PARKED)
     assert len(set(policy.finished)) == len(policy.finished)
 
 

@@ -99,7 +99,8 @@ def test_gateway_sees_the_hit_rate_collapse_at_slots_plus_one_sessions(engine_ur
                 gate = server.gate
                 signals = gate.signals(server.clock())
                 assert signals.hit_rate < 0.5 and signals.active_sessions == 3
-                assert signals.working_set_tokens == sum(s.context_tokens for s in gate.table.admitted())
+                assert signals.working_set_tokens == sum(s.context_tokens for s in gate.table.sessions.values()
+                                                         if gate.session_state(s) is SessionState.ADMITTED)
         finally:
             await server.stop()
     asyncio.run(go())
@@ -134,19 +135,19 @@ def test_basin_admission_keeps_the_residents_within_what_the_cache_holds(engine_
                 third = asyncio.create_task(_call(client, server.url, "C", 0))
                 await asyncio.sleep(1.0)
                 assert not third.done()
-                assert gate.table.get("C").state is SessionState.PARKED
-                assert len(gate.table.admitted()) == 2
+                assert gate.session_state(gate.table.get("C")) is SessionState.PARKED
+                assert gate.driver.admitted_count == 2
                 await _call(client, server.url, "A", 3, end=True)
                 gate.tick(server.clock())
                 await asyncio.wait_for(third, 60)
-                assert gate.table.get("C").state is SessionState.ADMITTED
+                assert gate.session_state(gate.table.get("C")) is SessionState.ADMITTED
                 warm: list[dict] = []
                 next_turn = {"B": 3, "C": 1}
                 for _ in range(3):
                     for name in ("B", "C"):
                         warm.append(await _call(client, server.url, name, next_turn[name]))
                         next_turn[name] += 1
-                        assert len(gate.table.admitted()) <= 2
+                        assert gate.driver.admitted_count <= 2
                 print(f"BASIN: two residents of three sessions: hit {_hit(warm[2:]):.3f}; "
                       f"budget {policy.state.budget:.0f}, reserved {policy.state.reserved:.0f}")
                 assert _hit(warm[2:]) > 0.8, "the two residents stay warm"

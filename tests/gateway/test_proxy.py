@@ -198,7 +198,7 @@ def test_upstream_dying_mid_stream_sends_an_error_event_and_keeps_state_consiste
                     pass
             assert b"event: error" in raw and b"upstream_failed" in raw
             sess = server.gate.table.get("m")
-            assert sess.state is SessionState.ADMITTED and sess.in_flight == 0
+            assert server.gate.session_state(sess) is SessionState.ADMITTED and sess.in_flight == 0
             assert server.gate.table.unanswered_prompt_tokens() == 0
     run(go())
 

@@ -54,7 +54,7 @@ def test_a_gate_comes_back_from_its_store_as_it_was(tmp_path) -> None:
     gate.control_step(0.0)
     for i in range(SURGE):
         sess = gate.open_call(f"s{i}", 1.0 + i * 0.01, 500 + 97 * (i % 7), None, end=False)
-        if sess.state is SessionState.ADMITTED:
+        if gate.session_state(sess) is SessionState.ADMITTED:
             gate.forwarded(sess, sess.first_prompt_tokens, 1.5)
             gate.done(sess, CallUsage(sess.first_prompt_tokens - 3, 50, 0), 2.0)
     gate.control_step(3.0)
@@ -69,7 +69,7 @@ def test_a_gate_comes_back_from_its_store_as_it_was(tmp_path) -> None:
     restore(again, stored, read_meta(stored, "test", "basin"), 4.0)
     store.close()
     for mine, theirs in ((gate, again),):
-        assert theirs.table.count(SessionState.ADMITTED) == mine.table.count(SessionState.ADMITTED)
+        assert theirs.session_counts() == mine.session_counts()
         assert theirs.parked_order() == mine.parked_order() and len(mine.parked_order()) > 0
         assert theirs.driver.working_set_tokens == mine.driver.working_set_tokens
         assert list(theirs.driver.parked) == list(mine.driver.parked)
@@ -82,7 +82,8 @@ def test_a_gate_comes_back_from_its_store_as_it_was(tmp_path) -> None:
         assert theirs.counts == mine.counts
     # A new arrival gets a fresh uid, and a parked session's retry finds its place.
     assert again.open_call("new", 5.0, 400, None, end=False).uid == SURGE
-    assert again.open_call(gate.parked_order()[0], 5.0, 400, None, end=False).state is SessionState.PARKED
+    retry = again.open_call(gate.parked_order()[0], 5.0, 400, None, end=False)
+    assert again.session_state(retry) is SessionState.PARKED
 
 
 def test_a_store_written_by_another_policy_is_refused(tmp_path) -> None:

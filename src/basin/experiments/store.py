@@ -19,7 +19,6 @@ import os
 import shutil
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -55,14 +54,6 @@ def code_digest() -> str:
 def run_key(config: Mapping[str, Any]) -> str:
     """The store key of a fully resolved run config (canonical JSON, hashed)."""
     return make_key(json.dumps(json_value(dict(config)), sort_keys=True, separators=(",", ":")))
-
-
-@dataclass(frozen=True, slots=True)
-class StoredRun:
-    """What a finished run contributes to a sweep's table."""
-
-    key: str
-    summary: RunSummary
 
 
 class RunStore:

@@ -37,8 +37,8 @@ from basin.gateway.sessions import GatewaySession, SessionState, SessionTable
 from basin.gateway.snapshot import EngineSnapshot
 from basin.gateway.usage import CallUsage
 from basin.jsonvalues import json_values
-from basin.policy.base import Admission, EngineNeeds, Policy, SessionInfo, Signals
-from basin.policy.driver import EngineFigures, PolicyDriver
+from basin.policy.base import Admission, EngineFigures, EngineNeeds, Policy, SessionInfo, Signals
+from basin.policy.driver import PolicyDriver
 from basin.policy.params import PolicyParamError
 from basin.workload.records import Session
 
@@ -228,7 +228,7 @@ class Gate:
     # ------------------------------------------------------------ driver host
     def admitted(self, uid: int) -> None:
         sess = self.table.by_uid[uid]
-        self.table.set_state(sess, SessionState.ADMITTED)
+        self.table.mark_changed(sess)
         self.counts["admitted"] += 1
         self._wake(sess)
 
@@ -269,7 +269,7 @@ class Gate:
             if self.draining:
                 raise ShedError("draining", "the gateway is draining and admits no new sessions")
             sess = self._arrive(session_id, now_s, prompt_tokens, task_text, owner)
-        if sess.state is SessionState.SHED:
+        if sess.ended is SessionState.SHED:
             raise ShedError(sess.shed_reason or "policy", "the session was shed to protect the engine")
         sess.ending = sess.ending or end
         self.table.touch(sess, now_s)
@@ -306,8 +306,20 @@ class Gate:
                 self.shed(sess.uid, "controller-failed")
         return sess
 
+    def session_state(self, sess: GatewaySession) -> SessionState:
+        """How the session stands: parked or admitted as the policy driver's
+        ledger has it (the one record of a session's standing), or how it ended."""
+        if sess.ended is not None:
+            return sess.ended
+        return SessionState.ADMITTED if self.driver.is_admitted(sess.uid) else SessionState.PARKED
+
     def must_wait(self, sess: GatewaySession) -> bool:
-        return sess.state is SessionState.PARKED or self.driver.is_paused(sess.uid)
+        return self.session_state(sess) is SessionState.PARKED or self.driver.is_paused(sess.uid)
+
+    def session_counts(self) -> dict[str, int]:
+        """Running sessions by standing, from the policy driver's ledger."""
+        return {SessionState.ADMITTED.value: self.driver.admitted_count,
+                SessionState.PARKED.value: len(self.driver.parked)}
 
     def paused_count(self) -> int:
         return sum(1 for t in self.driver.sessions.values() if t.paused)
@@ -331,10 +343,10 @@ class Gate:
         self.table.call_done(sess, usage, now_s, refused)
         if self.recorder is not None:
             self.recorder.call_done(sess.session_id, None if refused else usage, now_s)
-        if not sess.counted and sess.state is SessionState.ADMITTED:
+        if not sess.counted and self.session_state(sess) is SessionState.ADMITTED:
             self._count_prompt(sess, usage, refused)
         last = sess.ending and sess.in_flight == 0
-        if sess.state is SessionState.ADMITTED:
+        if self.session_state(sess) is SessionState.ADMITTED:
             self._guarded("the policy's call hook", self.driver.call_finished, sess.uid, sess.context_tokens,
                           last, now_s)
         if last:
@@ -373,7 +385,7 @@ class Gate:
             held.remove(waiter)
         if not held:
             self.waiters.pop(sess.uid, None)
-            if sess.state is SessionState.PARKED:
+            if self.session_state(sess) is SessionState.PARKED:
                 self._finish(sess, now_s, "abandoned")
 
     def priority_rank(self, sess: GatewaySession) -> int | None:
@@ -491,7 +503,7 @@ class Gate:
     def _wake(self, sess: GatewaySession) -> None:
         for waiter in self.waiters.pop(sess.uid, []):
             if not waiter.done():
-                waiter.set_result(sess.state)
+                waiter.set_result(self.session_state(sess))
 
     def _finish(self, sess: GatewaySession, now_s: float, how: str) -> None:
         self.counts["finished" if how == "finished" else how] += 1
@@ -553,12 +565,11 @@ class Gate:
             "policy": self.policy.name,
             "draining": self.draining,
             "ordering": self.ordered,
-            "sessions": {state.value: self.table.count(state)
-                         for state in (SessionState.ADMITTED, SessionState.PARKED)},
+            "sessions": self.session_counts(),
             "parked_order": self.parked_order()[:PARKED_SHOWN],
             "paused": self.paused_count(),
             "counts": dict(self.counts),
-            "working_set_tokens": self.table.working_set_tokens(),
+            "working_set_tokens": self.driver.working_set_tokens,
             "signals": json_values(dataclasses.asdict(sig), nonfinite="string") if sig else None,
             "controller": detail,
             "control": {"failures_in_a_row": self.control_failures, "errors": self.control_errors,

@@ -93,7 +93,7 @@ def _record(gate: Gate, sess: GatewaySession) -> dict[str, Any]:
     tracked = gate.driver.sessions.get(sess.uid)
     return {
         "uid": sess.uid, "id": sess.session_id, "arrival_s": sess.arrival_s,
-        "first_prompt_tokens": sess.first_prompt_tokens, "state": sess.state.value,
+        "first_prompt_tokens": sess.first_prompt_tokens, "state": gate.session_state(sess).value,
         "last_seen_s": sess.last_seen_s, "context_tokens": sess.context_tokens,
         "confirmed_context_tokens": sess.confirmed_context_tokens, "calls": sess.calls,
         "counted": sess.counted, "ending": sess.ending,
@@ -144,13 +144,13 @@ def restore(gate: Gate, stored: Stored, meta: dict[str, Any], now_s: float) -> i
     kept = [r for r in records if policy_state is not None or r["state"] == SessionState.ADMITTED.value]
     for r in kept:
         sess = GatewaySession(r["uid"], r["id"], r["arrival_s"], r["first_prompt_tokens"], None,
-                              state=SessionState(r["state"]), last_seen_s=r["last_seen_s"],
+                              last_seen_s=r["last_seen_s"],
                               context_tokens=r["context_tokens"],
                               confirmed_context_tokens=r["confirmed_context_tokens"], calls=r["calls"],
                               counted=r["counted"], ending=r["ending"],
                               owner=bytes.fromhex(r["owner"]) if r["owner"] is not None else None)
         table.put(sess)
-        standing, context, paused = r["tracked"] or [sess.state.value, sess.context_tokens, False]
+        standing, context, paused = r["tracked"] or [r["state"], sess.context_tokens, False]
         driver.sessions[sess.uid] = Tracked(Standing(standing), context, paused)
         if standing == Standing.ADMITTED.value:
             driver.admitted_count += 1

@@ -28,7 +28,7 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -38,7 +38,15 @@ import numpy as np
 
 from basin.errors import BasinInputError
 from basin.gateway.usage import usage_from_stream_tail
-from basin.metrics._tables import SECONDS_PER_MINUTE, nan_percentile
+from basin.metrics import nan_percentile
+from basin.runtables import (
+    ACTIVE_TAG_PREFIX,
+    ENGINE_ONLY_TIMESERIES,
+    REPLAY_CALLS,
+    REPLAY_SESSIONS,
+    SECONDS_PER_MINUTE,
+    TIMESERIES,
+)
 from basin.workload.arrivals import PoissonSchedule, SessionArrival, draw_arrivals
 from basin.workload.records import Call, Session
 
@@ -534,11 +542,11 @@ def calls_table(log: ReplayLog, uids: Mapping[str, int]) -> dict[str, np.ndarray
 
     prompt = np.array([r.prompt_tokens for r in rows], dtype=np.int64)
     cached = np.array([r.cached_tokens for r in rows], dtype=np.int64)
-    return {
-        "session_uid": np.array([uids[r.session_id] for r in rows], dtype=np.int64),
-        "tag": np.array([r.tag for r in rows], dtype=object),
-        "call_index": np.array([r.call_index for r in rows], dtype=np.int64),
-        "issued_s": np.array([r.sent_s for r in rows], dtype=float),
+    return REPLAY_CALLS.build({
+        "session_uid": [uids[r.session_id] for r in rows],
+        "tag": [r.tag for r in rows],
+        "call_index": [r.call_index for r in rows],
+        "issued_s": [r.sent_s for r in rows],
         "admitted_s": times("admitted_s"),
         "prefill_start_s": np.full(len(rows), np.nan),
         "first_token_s": times("first_byte_s"),
@@ -547,36 +555,36 @@ def calls_table(log: ReplayLog, uids: Mapping[str, int]) -> dict[str, np.ndarray
         "cached_tokens": cached,
         "loaded_tokens": np.zeros(len(rows), dtype=np.int64),
         "uncached_tokens": np.maximum(prompt - cached, 0),
-        "output_tokens": np.array([r.completion_tokens for r in rows], dtype=np.int64),
-        "decode_steps": np.array([r.decode_steps for r in rows], dtype=np.int64),
-        "itl_violations": np.array([r.itl_violations for r in rows], dtype=np.int64),
+        "output_tokens": [r.completion_tokens for r in rows],
+        "decode_steps": [r.decode_steps for r in rows],
+        "itl_violations": [r.itl_violations for r in rows],
         "retractions": np.zeros(len(rows), dtype=np.int64),
-        "status": np.array([r.status for r in rows], dtype=np.int64),
-        "outcome": np.array([r.outcome for r in rows], dtype=object),
-        "error": np.array([r.error for r in rows], dtype=object),
-    }
+        "status": [r.status for r in rows],
+        "outcome": [r.outcome for r in rows],
+        "error": [r.error for r in rows],
+    })
 
 
 def sessions_table(log: ReplayLog) -> dict[str, np.ndarray]:
     """The sessions table of docs/metrics.md, one row per session that arrived."""
     rows = log.sessions
-    return {
-        "session_uid": np.array([s.uid for s in rows], dtype=np.int64),
-        "session_id": np.array([s.session_id for s in rows], dtype=object),
-        "tag": np.array([s.tag for s in rows], dtype=object),
-        "warm": np.array([s.warm for s in rows], dtype=bool),
-        "arrival_s": np.array([s.arrival_s for s in rows], dtype=float),
-        "first_admitted_s": np.array([s.first_admitted_s for s in rows], dtype=float),
-        "finished_s": np.array([s.finished_s for s in rows], dtype=float),
-        "shed": np.array([s.shed for s in rows], dtype=bool),
-        "n_calls": np.array([s.n_calls for s in rows], dtype=np.int64),
-        "calls_done": np.array([s.calls_done for s in rows], dtype=np.int64),
-        "reference_s": np.array([s.reference_s for s in rows], dtype=float),
-        "decode_steps": np.array([s.decode_steps for s in rows], dtype=np.int64),
-        "itl_violations": np.array([s.itl_violations for s in rows], dtype=np.int64),
-        "outcome": np.array([s.outcome for s in rows], dtype=object),
-        "ended_s": np.array([s.ended_s for s in rows], dtype=float),
-    }
+    return REPLAY_SESSIONS.build({
+        "session_uid": [s.uid for s in rows],
+        "session_id": [s.session_id for s in rows],
+        "tag": [s.tag for s in rows],
+        "warm": [s.warm for s in rows],
+        "arrival_s": [s.arrival_s for s in rows],
+        "first_admitted_s": [s.first_admitted_s for s in rows],
+        "finished_s": [s.finished_s for s in rows],
+        "shed": [s.shed for s in rows],
+        "n_calls": [s.n_calls for s in rows],
+        "calls_done": [s.calls_done for s in rows],
+        "reference_s": [s.reference_s for s in rows],
+        "decode_steps": [s.decode_steps for s in rows],
+        "itl_violations": [s.itl_violations for s in rows],
+        "outcome": [s.outcome for s in rows],
+        "ended_s": [s.ended_s for s in rows],
+    })
 
 
 def timeseries_table(log: ReplayLog, duration_s: float, capacity_tokens: float = math.nan) -> dict[str, np.ndarray]:
@@ -611,7 +619,7 @@ def timeseries_table(log: ReplayLog, duration_s: float, capacity_tokens: float =
         "arrivals", "sessions_completed", "calls_completed", "active_sessions", "parked_sessions",
         "working_set_tokens", "cache_capacity_tokens", "prompt_tokens", "cached_tokens", "loaded_tokens",
         "uncached_tokens", "ttft_p50_s", "first_call_wait_p50_s")}
-    active_tags: dict[str, list[float]] = {f"active_{t}": [] for t in sorted(set(tags.tolist()))}
+    active_tags: dict[str, list[float]] = {f"{ACTIVE_TAG_PREFIX}{t}": [] for t in sorted(set(tags.tolist()))}
     for end in ends:
         start = end - SECONDS_PER_MINUTE
         here = (first >= start) & (first < end)
@@ -638,14 +646,11 @@ def timeseries_table(log: ReplayLog, duration_s: float, capacity_tokens: float =
         waits = (admitted - arrival)[admitted_here]
         cols["first_call_wait_p50_s"].append(float(np.median(waits)) if waits.size else nan)
         for name in active_tags:
-            active_tags[name].append(float((active & (tags == name[len("active_"):])).sum()))
-    table: dict[str, np.ndarray] = {"minute": np.arange(n, dtype=np.int64)}
-    table.update({k: np.array(v, dtype=float) for k, v in cols.items()})
-    for name in ("decode_kv_decoding_tokens", "decode_kv_reserved_idle_tokens", "decode_kv_capacity_tokens",
-                 "prefill_queue_len", "decode_wait_len"):
-        table[name] = np.full(n, np.nan)
-    table.update({k: np.array(v, dtype=float) for k, v in active_tags.items()})
-    return table
+            active_tags[name].append(float((active & (tags == name[len(ACTIVE_TAG_PREFIX):])).sum()))
+    table: dict[str, Iterable[float]] = {"minute": np.arange(n, dtype=np.int64), **cols}
+    table.update({name: np.full(n, np.nan) for name in ENGINE_ONLY_TIMESERIES})
+    table.update(active_tags)
+    return TIMESERIES.build(table)
 
 
 def run_tables(log: ReplayLog, duration_s: float, capacity_tokens: float = math.nan

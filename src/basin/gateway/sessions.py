@@ -1,5 +1,8 @@
 """The gateway's own account of the sessions it serves.
 
+A session's standing (parked or admitted) is not kept here: the policy
+driver's ledger is the one record of it (:meth:`basin.gateway.gate.Gate.session_state`
+reads it); this table keeps what only the gateway sees of a session's calls.
 It is what makes decisions independent of scrapes: the working set is the sum
 of the admitted sessions' contexts as the responses report them, the prefill
 backlog is the prompt tokens forwarded and not yet answered, the hit rate is
@@ -24,6 +27,9 @@ from basin.gateway.usage import CallUsage
 
 
 class SessionState(enum.Enum):
+    """A session as the gateway answers for it: its standing in the policy
+    driver while it runs (parked, admitted), then how it ended."""
+
     PARKED = "parked"
     ADMITTED = "admitted"
     SHED = "shed"
@@ -37,7 +43,8 @@ class GatewaySession:
     arrival_s: float
     first_prompt_tokens: int
     task_text: str | None
-    state: SessionState = SessionState.PARKED
+    #: How the session left the table (SHED or FINISHED); None while it runs.
+    ended: SessionState | None = None
     last_seen_s: float = 0.0
     context_tokens: int = 0
     #: The context the engine last confirmed (0 before its first answer): a
@@ -74,7 +81,6 @@ class SessionTable:
     #: Running totals over the table (kept by every change below).
     _unanswered_tokens: int = 0
     _unanswered_sessions: int = 0
-    _states: dict[SessionState, int] = field(default_factory=dict)
     #: Sessions with nothing in flight, least recently seen first.
     _idle: OrderedDict[int, None] = field(default_factory=OrderedDict)
     #: With a state store: uids changed and ids removed since the last write (None: no store).
@@ -91,7 +97,6 @@ class SessionTable:
         self._next_uid += 1
         self.sessions[session_id] = sess
         self.by_uid[sess.uid] = sess
-        self._states[sess.state] = self._states.get(sess.state, 0) + 1
         self._idle[sess.uid] = None
         if self.changed is not None:
             self.changed.add(sess.uid)
@@ -101,28 +106,24 @@ class SessionTable:
         """A session read back from the state store (added in order of ``last_seen_s``)."""
         self.sessions[sess.session_id] = sess
         self.by_uid[sess.uid] = sess
-        self._states[sess.state] = self._states.get(sess.state, 0) + 1
         self._idle[sess.uid] = None
         self._next_uid = max(self._next_uid, sess.uid + 1)
 
-    def set_state(self, sess: GatewaySession, state: SessionState) -> None:
-        if sess.uid in self.by_uid:
-            self._states[sess.state] -= 1
-            self._states[state] = self._states.get(state, 0) + 1
-            if self.changed is not None:
-                self.changed.add(sess.uid)
-        sess.state = state
+    def mark_changed(self, sess: GatewaySession) -> None:
+        """The session's standing changed (a state store writes it again)."""
+        if self.changed is not None and sess.uid in self.by_uid:
+            self.changed.add(sess.uid)
 
-    def remove(self, sess: GatewaySession, state: SessionState) -> None:
+    def remove(self, sess: GatewaySession, ended: SessionState) -> None:
+        """The session left (``ended``: SHED or FINISHED)."""
         if self.by_uid.pop(sess.uid, None) is not None:
-            self._states[sess.state] -= 1
             self._set_unanswered(sess, 0)
             self._idle.pop(sess.uid, None)
             if self.sessions.get(sess.session_id) is sess:
                 del self.sessions[sess.session_id]
             if self.removed is not None:
                 self.removed.add(sess.session_id)
-        sess.state = state
+        sess.ended = ended
 
     def touch(self, sess: GatewaySession, now_s: float) -> None:
         """A call of the session was seen now."""
@@ -189,19 +190,6 @@ class SessionTable:
             self._hit_prompt += usage.prompt_tokens
 
     # ------------------------------------------------------------ views
-    def count(self, state: SessionState) -> int:
-        return self._states.get(state, 0)
-
-    def of_state(self, state: SessionState) -> list[GatewaySession]:
-        """Sessions in ``state`` (a walk of the table: for views, not for calls)."""
-        return [s for s in self.sessions.values() if s.state is state]
-
-    def admitted(self) -> list[GatewaySession]:
-        return self.of_state(SessionState.ADMITTED)
-
-    def working_set_tokens(self) -> int:
-        return sum(s.context_tokens for s in self.sessions.values() if s.state is SessionState.ADMITTED)
-
     def unanswered_prompt_tokens(self) -> int:
         return self._unanswered_tokens
 

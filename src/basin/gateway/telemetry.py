@@ -14,7 +14,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from basin.gateway.gate import UNKNOWN_CAPACITY_TOKENS, Gate
-from basin.gateway.sessions import SessionState
 
 _LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
 _WAIT_BUCKETS_S = (0.1, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600)
@@ -46,8 +45,8 @@ class _GateCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         gate = self.gate
         sessions = GaugeMetricFamily("basin_gateway_sessions", "Sessions by state", labels=["state"])
-        for state in (SessionState.ADMITTED, SessionState.PARKED):
-            sessions.add_metric([state.value], gate.table.count(state))
+        for state, count in gate.session_counts().items():
+            sessions.add_metric([state], count)
         sessions.add_metric(["paused"], gate.paused_count())
         yield sessions
         outcomes = CounterMetricFamily("basin_gateway_session_outcomes", "Session decisions and endings",
@@ -56,7 +55,7 @@ class _GateCollector(Collector):
             outcomes.add_metric([name], count)
         yield outcomes
         yield GaugeMetricFamily("basin_gateway_working_set_tokens", "Sum of admitted sessions' contexts",
-                                value=gate.table.working_set_tokens())
+                                value=gate.driver.working_set_tokens)
         policy_state = getattr(gate.policy, "state", None)
         budget = getattr(policy_state, "budget", math.nan)
         yield GaugeMetricFamily("basin_gateway_budget_tokens", "Admission budget (NaN: no admission)",

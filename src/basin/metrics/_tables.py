@@ -1,8 +1,8 @@
 """The columnar run tables and the small helpers every metric shares.
 
 A run is recorded as three tables, each a ``dict[str, numpy.ndarray]`` of
-equal-length 1-D columns (``calls``, ``sessions``, ``timeseries``; the column
-lists are in docs/metrics.md). NaN marks an event that did not happen. The
+equal-length 1-D columns (``calls``, ``sessions``, ``timeseries``; their
+schema is :mod:`basin.runtables`, the column lists are in docs/metrics.md). NaN marks an event that did not happen. The
 metrics read only the columns they need, so a producer may add columns
 freely; a missing or ragged column is a :class:`basin.errors.BasinInputError`
 naming the table and the column, because a silently short column would skew a
@@ -12,39 +12,22 @@ goodput figure rather than crash.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 import numpy as np
 
 from basin.errors import BasinInputError
+from basin.runtables import ACTIVE_TAG_PREFIX as ACTIVE_TAG_PREFIX
+from basin.runtables import CALLS, SESSIONS, TIMESERIES
+from basin.runtables import SECONDS_PER_MINUTE as SECONDS_PER_MINUTE
+from basin.runtables import Table as Table
 
-#: One columnar table: column name -> 1-D array, all of one length.
-Table = Mapping[str, np.ndarray]
+#: Columns each table must hold for the metrics (more columns are allowed);
+#: the schema of every column is :mod:`basin.runtables`.
+CALLS_COLUMNS: tuple[str, ...] = CALLS.required_names
+SESSIONS_COLUMNS: tuple[str, ...] = SESSIONS.required_names
+TIMESERIES_COLUMNS: tuple[str, ...] = TIMESERIES.required_names
 
-#: Columns each table must hold for the metrics (more columns are allowed).
-CALLS_COLUMNS: tuple[str, ...] = (
-    "session_uid", "tag", "call_index", "issued_s", "admitted_s", "prefill_start_s",
-    "first_token_s", "finished_s", "prompt_tokens", "cached_tokens", "loaded_tokens",
-    "uncached_tokens", "output_tokens", "decode_steps", "itl_violations", "retractions",
-)
-SESSIONS_COLUMNS: tuple[str, ...] = (
-    "session_uid", "session_id", "tag", "warm", "arrival_s", "first_admitted_s",
-    "finished_s", "shed", "n_calls", "calls_done", "reference_s", "decode_steps",
-    "itl_violations",
-)
-TIMESERIES_COLUMNS: tuple[str, ...] = (
-    "minute", "arrivals", "sessions_completed", "calls_completed", "active_sessions",
-    "parked_sessions", "working_set_tokens", "cache_capacity_tokens", "prompt_tokens",
-    "cached_tokens", "loaded_tokens", "uncached_tokens", "ttft_p50_s",
-    "decode_kv_decoding_tokens", "decode_kv_reserved_idle_tokens",
-    "decode_kv_capacity_tokens", "prefill_queue_len", "decode_wait_len",
-    "first_call_wait_p50_s",
-)
-
-#: Prefix of the per-tag active-session columns of the timeseries.
-ACTIVE_TAG_PREFIX = "active_"
-
-SECONDS_PER_MINUTE = 60.0
 SECONDS_PER_HOUR = 3600.0
 
 

@@ -18,6 +18,7 @@ excluded: their slowdown has no meaning.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -103,11 +104,10 @@ def session_outcomes(sessions: Table, *, measure_end_s: float, run_end_s: float,
 
 
 @dataclass(frozen=True, slots=True)
-class SessionMetrics:
-    """Session-level metrics over the measured arrivals of one run."""
+class SessionFigures:
+    """The session-level figures of one run's measured arrivals: what
+    :class:`SessionMetrics` computes and :class:`~basin.metrics.summary.RunSummary` reports."""
 
-    measure_start_s: float
-    measure_end_s: float
     n_measured: int
     n_completed: int
     n_good: int
@@ -127,6 +127,23 @@ class SessionMetrics:
     ttft_p90_s: float
     #: Share of measured sessions with decode steps that exceed the ITL allowance.
     itl_violating_share: float
+
+
+#: The fields of :class:`SessionFigures`, in order.
+SESSION_FIGURES: tuple[str, ...] = tuple(SessionFigures.__dataclass_fields__)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionMetrics(SessionFigures):
+    """Session-level metrics over the measured arrivals of one run, with the
+    window they cover."""
+
+    measure_start_s: float
+    measure_end_s: float
+
+    def figures(self) -> dict[str, Any]:
+        """The :class:`SessionFigures` part, by field name."""
+        return {name: getattr(self, name) for name in SESSION_FIGURES}
 
 
 def session_metrics(sessions: Table, calls: Table, *, measure_end_s: float, run_end_s: float,

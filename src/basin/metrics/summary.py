@@ -25,14 +25,17 @@ from basin.metrics._tables import (
     require_columns,
 )
 from basin.metrics.late import l_late_s as compute_l_late_s
-from basin.metrics.sessions import GoodputRule, session_metrics
+from basin.metrics.sessions import GoodputRule, SessionFigures, session_metrics
 from basin.metrics.state import LabelRule, RunState, label_run, pre_trigger_hit_rate
 from basin.metrics.windows import DegradationRule, WindowStats, window_stats
 
 
 @dataclass(frozen=True, slots=True)
-class RunSummary:
-    """Headline metrics of one run (times in seconds, rates per hour)."""
+class RunSummary(SessionFigures):
+    """Headline metrics of one run (times in seconds, rates per hour): the
+    session figures over the measured arrivals (non-warm, arriving in
+    ``[0, measure_end_s)``; :class:`~basin.metrics.sessions.SessionFigures`),
+    then the run's own."""
 
     system: str
     duration_s: float
@@ -41,22 +44,6 @@ class RunSummary:
     trigger_s: float | None
     #: The ITL SLO the producer counted ``itl_violations`` against (recorded, not re-applied).
     itl_slo_s: float
-
-    # Session metrics over the measured arrivals (non-warm, arriving in [0, measure_end_s)).
-    n_measured: int
-    n_completed: int
-    n_good: int
-    n_shed: int
-    goodput_per_h: float
-    completed_fraction: float
-    shed_fraction: float
-    first_call_wait_p50_s: float
-    first_call_wait_p90_s: float
-    slowdown_p50: float
-    slowdown_p90: float
-    ttft_p50_s: float
-    ttft_p90_s: float
-    itl_violating_share: float
 
     # State of the run at its end.
     state: RunState
@@ -78,6 +65,8 @@ class RunSummary:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values: the state as its name, NaN as None."""
         out = asdict(self)
+        # The run's identity first, as written before the session figures became the base class.
+        out = {**{name: out[name] for name in _LEADING}, **out}
         out["state"] = self.state.value
         # ``degraded`` is derived (a property) but written for readers of the JSON; from_dict ignores it.
         out["windows"] = [{**asdict(w), "degraded": w.degraded} for w in self.windows]
@@ -107,6 +96,10 @@ class RunSummary:
     def from_json(cls, text: str) -> RunSummary:
         """Inverse of :meth:`to_json`."""
         return cls.from_dict(json.loads(text))
+
+
+#: The fields :meth:`RunSummary.to_dict` writes first.
+_LEADING = ("system", "duration_s", "measure_end_s", "trigger_s", "itl_slo_s")
 
 
 def _none_to_nan(value: Any, annotation: object) -> Any:
@@ -147,20 +140,7 @@ def summarize_run(calls: Table, sessions: Table, timeseries: Table, *, system: s
         measure_end_s=float(measure_end_s),
         trigger_s=None if trigger_s is None else float(trigger_s),
         itl_slo_s=float(itl_slo_s),
-        n_measured=sm.n_measured,
-        n_completed=sm.n_completed,
-        n_good=sm.n_good,
-        n_shed=sm.n_shed,
-        goodput_per_h=sm.goodput_per_h,
-        completed_fraction=sm.completed_fraction,
-        shed_fraction=sm.shed_fraction,
-        first_call_wait_p50_s=sm.first_call_wait_p50_s,
-        first_call_wait_p90_s=sm.first_call_wait_p90_s,
-        slowdown_p50=sm.slowdown_p50,
-        slowdown_p90=sm.slowdown_p90,
-        ttft_p50_s=sm.ttft_p50_s,
-        ttft_p90_s=sm.ttft_p90_s,
-        itl_violating_share=sm.itl_violating_share,
+        **sm.figures(),
         state=label.state,
         state_reason=label.reason,
         state_improvement=label.improvement,

@@ -1,9 +1,10 @@
 """The model's own classification over a grid of deployments: which resource
 limits service first, by the fluid model alone.
 
-The grid of the issue is P:D 1:1, 1:2, 1:3 (H100, the calibrated testbed
-hardware), GPU-only or host tiers 2x, 10x, 40x, tool time x1, x3, x10: 36
-deployments. For each, :func:`grid_model` builds the fluid model of the
+The grid is P:D 1:1, 1:2, 1:3 on the H100 profile (``h100-nvl``, the
+calibrated one), GPU-only or host tiers 2x, 10x, 40x, tool time x1, x3, x10:
+36 deployments (:data:`GRID_SHAPES`, :data:`GRID_HOST_RATIOS`,
+:data:`GRID_TOOL_TIMES`). For each, :func:`grid_model` builds the fluid model of the
 workload the simulator's ramps run (terminal-bench, :data:`GRID_SESSIONS`
 sessions, tool gaps scaled) and :func:`model_limits` classifies it
 (:func:`basin.model.resources.classify_limit`).

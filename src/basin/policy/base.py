@@ -75,35 +75,44 @@ class SessionInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class Signals:
-    """Engine and gateway state at a decision point.
+class EngineFigures:
+    """What the host measures of its engine at a decision point (the engine's
+    part of :class:`Signals`). Token quantities are totals over the
+    deployment; ``hit_rate`` is the prefix hit rate of recent calls (NaN when
+    none finished recently)."""
 
-    Token quantities are totals over the deployment. ``hit_rate`` is the
-    prefix hit rate of recent calls (NaN when none finished recently).
-    ``stale_s`` is the age of the engine-side figures (0 in simulation; the
-    gateway reports its scrape age, and a policy should act safely when it
-    grows).
-    """
+    hit_rate: float
+    prefill_queue_requests: int
+    prefill_backlog_tokens: int
+    decode_wait_requests: int
+    decode_used_fraction: float
+    gpu_cache_tokens: int
+    host_cache_tokens: int
+    #: Prefix the two prefill tiers keep together, ``max(gpu, host)``
+    #: (:func:`basin.catalog.effective_cache_tokens`).
+    effective_cache_tokens: int
+    lent_cache_tokens: int
+    decode_kv_tokens: int
+    #: Age of the engine-side figures (0 in simulation; the gateway reports
+    #: its scrape age, and a policy should act safely when it grows).
+    stale_s: float = 0.0
+
+
+#: The fields of :class:`EngineFigures`, in order (a :class:`Signals` starts with them).
+ENGINE_FIGURES: tuple[str, ...] = tuple(EngineFigures.__dataclass_fields__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Signals(EngineFigures):
+    """Engine and gateway state at a decision point: the host's engine
+    figures and the driver's account of the sessions (given by keyword)."""
 
     now_s: float
     active_sessions: int
     parked_sessions: int
     working_set_tokens: int
     mean_context_tokens: float
-    hit_rate: float
-    prefill_queue_requests: int
-    prefill_backlog_tokens: int
-    decode_wait_requests: int
-    decode_used_fraction: float
     arrival_rate_per_min: float
-    gpu_cache_tokens: int
-    host_cache_tokens: int
-    lent_cache_tokens: int
-    decode_kv_tokens: int
-    #: Prefix the two prefill tiers keep together, ``max(gpu, host)`` (the
-    #: driver fills it from :func:`basin.catalog.effective_cache_tokens`).
-    effective_cache_tokens: int
-    stale_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,33 +21,27 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Final, NoReturn, Protocol
 
-from basin.policy.base import Admission, ControlDecision, Policy, SessionInfo, Signals
+from basin.policy.base import (
+    ENGINE_FIGURES,
+    Admission,
+    ControlDecision,
+    EngineFigures,
+    Policy,
+    SessionInfo,
+    Signals,
+)
+
+#: An :class:`EngineFigures`' values in field order: the leading fields of a :class:`Signals`.
+_engine_values: Final = attrgetter(*ENGINE_FIGURES)
 
 #: Horizon of the long-run arrival rate signal.
 ARRIVAL_RATE_WINDOW_S: Final = 15 * 60.0
 
 #: Shortest interval between two control ticks, whatever a policy asks.
 MIN_TICK_S: Final = 0.1
-
-
-@dataclass(frozen=True, slots=True)
-class EngineFigures:
-    """What the host measures of its engine at a decision point."""
-
-    hit_rate: float
-    prefill_queue_requests: int
-    prefill_backlog_tokens: int
-    decode_wait_requests: int
-    decode_used_fraction: float
-    gpu_cache_tokens: int
-    host_cache_tokens: int
-    effective_cache_tokens: int
-    lent_cache_tokens: int
-    decode_kv_tokens: int
-    #: Age of the engine-side figures (0 in simulation).
-    stale_s: float = 0.0
 
 
 class DriverHost(Protocol):
@@ -210,23 +204,13 @@ class PolicyDriver:
         n = self.admitted_count
         ws = self.working_set_tokens
         return Signals(
+            *_engine_values(fig),
             now_s=now_s,
             active_sessions=n,
             parked_sessions=len(self.parked),
             working_set_tokens=ws,
             mean_context_tokens=ws / n if n else 0.0,
-            hit_rate=fig.hit_rate,
-            prefill_queue_requests=fig.prefill_queue_requests,
-            prefill_backlog_tokens=fig.prefill_backlog_tokens,
-            decode_wait_requests=fig.decode_wait_requests,
-            decode_used_fraction=fig.decode_used_fraction,
             arrival_rate_per_min=self.arrival_rate_per_min(now_s),
-            gpu_cache_tokens=fig.gpu_cache_tokens,
-            host_cache_tokens=fig.host_cache_tokens,
-            lent_cache_tokens=fig.lent_cache_tokens,
-            decode_kv_tokens=fig.decode_kv_tokens,
-            effective_cache_tokens=fig.effective_cache_tokens,
-            stale_s=fig.stale_s,
         )
 
     # ------------------------------------------------------------ sessions
@@ -292,6 +276,11 @@ class PolicyDriver:
         self.admitted_count += 1
         self.working_set_tokens += context_tokens
         self.host.admitted(uid)
+
+    def is_admitted(self, uid: int) -> bool:
+        """The session runs admitted (not parked, not gone): the ledger a host reads standing from."""
+        t = self.sessions.get(uid)
+        return t is not None and t.standing is Standing.ADMITTED
 
     def is_paused(self, uid: int) -> bool:
         t = self.sessions.get(uid)

@@ -298,19 +298,7 @@ class RadixCache:
             if device_matched > matched:
                 device_node, device_matched, device_piece = node, matched, last_piece
         if matched % self.page:
-            # The keys diverged inside a page: only whole pages are reusable.
-            target = matched - matched % self.page
-            # Up to the root at most: a divergence inside the first page keeps nothing.
-            while node is not self.root and matched - node.length >= target:
-                matched -= node.length
-                if node.start == 0:
-                    # The node began its piece: its parent ends the previous
-                    # one (keys hold no empty pieces).
-                    last_piece -= 1
-                node = node.parent  # type: ignore[assignment]
-            if matched > target:
-                node = self._split(node, node.length - (matched - target))
-                matched = target
+            node, matched, last_piece = self._cut_to_page(node, matched, last_piece)
             if device_matched > matched:
                 device_node, device_matched, device_piece = node, matched, last_piece
         host_matched = matched - device_matched
@@ -326,6 +314,24 @@ class RadixCache:
         st.matched_device_tokens += device_matched
         st.matched_host_tokens += host_matched
         return MatchResult(device_matched, host_matched, device_node, node, device_piece, last_piece)
+
+    def _cut_to_page(self, node: _Node, matched: int, last_piece: int) -> tuple[_Node, int, int]:
+        """A match that ends inside a page (the keys diverged there) backed up
+        to its last whole page, only whole pages being reusable: the node it
+        now ends in (split there), its tokens and its last piece."""
+        target = matched - matched % self.page
+        # Up to the root at most: a divergence inside the first page keeps nothing.
+        while node is not self.root and matched - node.length >= target:
+            matched -= node.length
+            if node.start == 0:
+                # The node began its piece: its parent ends the previous
+                # one (keys hold no empty pieces).
+                last_piece -= 1
+            node = node.parent  # type: ignore[assignment]
+        if matched > target:
+            node = self._split(node, node.length - (matched - target))
+            matched = target
+        return node, matched, last_piece
 
     def _resume(self, cursor: KeyCursor | None) -> _Node | None:
         """The cursor's node when a walk may start there: it belongs to this

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from basin.catalog import CacheCapacity, Deployment, HardwareProfile, cache_capacity
-from basin.policy.driver import EngineFigures
+from basin.policy.base import EngineFigures
 from basin.sim.borrow import Borrowing, attach_borrowing
 from basin.sim.cache import MatchResult, RadixCache
 from basin.sim.decode import DecodeInstance, DecodeRoom

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 
 from basin.catalog import DecodeProfile, Deployment, HardwareProfile, PrefillProfile
-from basin.policy.driver import EngineFigures
+from basin.policy.base import EngineFigures
 from basin.sim.cache import MatchResult, RadixCache
 from basin.sim.cluster import DecodeFigures, PrefillFigures, recent_hit_rate, stopped
 from basin.sim.costs import DecodeCosts, PrefillCosts

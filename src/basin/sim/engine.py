@@ -30,8 +30,8 @@ from typing import Literal, NoReturn
 import numpy as np
 
 from basin.catalog import Deployment, HardwareProfile
-from basin.policy.base import EngineNeeds, Policy, SessionInfo
-from basin.policy.driver import EngineFigures, PolicyDriver
+from basin.policy.base import EngineFigures, EngineNeeds, Policy, SessionInfo
+from basin.policy.driver import PolicyDriver
 from basin.sim.cluster import Cluster, PDTopology
 from basin.sim.colocated import ColocatedCluster, ColocatedTopology
 from basin.sim.events import CLIENT, CONTROL, SAMPLE

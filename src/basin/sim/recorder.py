@@ -1,7 +1,8 @@
 """Run records: one row per finished call, per session, per simulated minute.
 
 Rows are appended to plain lists and turned into numpy columns once at the
-end (the column names are the contract with :mod:`basin.metrics`).
+end, in the run-table schema of :mod:`basin.runtables` (the contract with
+:mod:`basin.metrics` and the replay client).
 """
 
 from __future__ import annotations
@@ -12,15 +13,12 @@ from typing import Any, Final
 
 import numpy as np
 
+from basin.runtables import ACTIVE_TAG_PREFIX, SIM_CALLS, SIM_SESSIONS, TIMESERIES
 from basin.sim.requests import Request
 from basin.sim.sessions import SessionState
 
-CALL_COLUMNS: Final = (
-    "session_uid", "tag", "call_index", "issued_s", "admitted_s", "prefill_start_s",
-    "first_token_s", "finished_s", "prompt_tokens", "cached_tokens", "loaded_tokens",
-    "uncached_tokens", "output_tokens", "decode_steps", "itl_violations", "retractions",
-    "prefill_instance", "decode_instance",
-)
+#: The order of a row of :attr:`Recorder.calls`: the simulator's calls columns.
+CALL_COLUMNS: Final = SIM_CALLS.names
 
 
 def median(values: list[float]) -> float:
@@ -123,42 +121,33 @@ class Recorder:
     # ---------------------------------------------------------------- tables
     def calls_table(self) -> dict[str, np.ndarray]:
         cols: list[Sequence[Any]] = list(zip(*self.calls)) if self.calls else [[] for _ in CALL_COLUMNS]
-        table: dict[str, np.ndarray] = {}
-        for name, values in zip(CALL_COLUMNS, cols):
-            if name == "tag":
-                table[name] = np.array(values, dtype=object)
-            else:  # fromiter: no search of each value's shape, as np.array makes
-                kind = np.float64 if name.endswith("_s") else np.int64
-                table[name] = np.fromiter(values, dtype=kind, count=len(values))
-        return table
+        return SIM_CALLS.build(dict(zip(CALL_COLUMNS, cols)))
 
     def timeseries_table(self) -> dict[str, np.ndarray]:
-        names: list[str] = []
+        names = list(TIMESERIES.names)
         for row in self.minutes:
             for key in row:
                 if key not in names:
                     names.append(key)
-        table = {}
-        for name in names:
-            default = 0 if name.startswith("active_") else float("nan")
-            table[name] = np.array([row.get(name, default) for row in self.minutes], dtype=float)
-        table["minute"] = table["minute"].astype(np.int64)
-        return table
+        nan = float("nan")
+        return TIMESERIES.build({
+            name: [row.get(name, 0 if name.startswith(ACTIVE_TAG_PREFIX) else nan) for row in self.minutes]
+            for name in names})
 
     @staticmethod
     def sessions_table(sessions: list[SessionState]) -> dict[str, np.ndarray]:
-        return {
-            "session_uid": np.array([s.uid for s in sessions], dtype=np.int64),
-            "session_id": np.array([s.record.session_id for s in sessions], dtype=object),
-            "tag": np.array([s.tag for s in sessions], dtype=object),
-            "warm": np.array([s.warm for s in sessions], dtype=bool),
-            "arrival_s": np.array([s.arrival_s for s in sessions], dtype=float),
-            "first_admitted_s": np.array([s.admitted_s for s in sessions], dtype=float),
-            "finished_s": np.array([s.finished_s for s in sessions], dtype=float),
-            "shed": np.array([s.shed for s in sessions], dtype=bool),
-            "n_calls": np.array([len(s.calls) for s in sessions], dtype=np.int64),
-            "calls_done": np.array([s.calls_done for s in sessions], dtype=np.int64),
-            "reference_s": np.array([s.reference_s for s in sessions], dtype=float),
-            "decode_steps": np.array([s.decode_steps for s in sessions], dtype=np.int64),
-            "itl_violations": np.array([s.itl_violations_total() for s in sessions], dtype=np.int64),
-        }
+        return SIM_SESSIONS.build({
+            "session_uid": [s.uid for s in sessions],
+            "session_id": [s.record.session_id for s in sessions],
+            "tag": [s.tag for s in sessions],
+            "warm": [s.warm for s in sessions],
+            "arrival_s": [s.arrival_s for s in sessions],
+            "first_admitted_s": [s.admitted_s for s in sessions],
+            "finished_s": [s.finished_s for s in sessions],
+            "shed": [s.shed for s in sessions],
+            "n_calls": [len(s.calls) for s in sessions],
+            "calls_done": [s.calls_done for s in sessions],
+            "reference_s": [s.reference_s for s in sessions],
+            "decode_steps": [s.decode_steps for s in sessions],
+            "itl_violations": [s.itl_violations_total() for s in sessions],
+        })
