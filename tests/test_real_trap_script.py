@@ -1,0 +1,93 @@
+"""scripts/real_trap.py: the run kinds, the CPU record and the real-against-simulated table.
+
+The real runs themselves take half an hour each on a real vLLM and are not
+part of the test suite; these pin what the driver decides and records.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from basin.experiments.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("real_trap", ROOT / "scripts" / "real_trap.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_four_runs_are_the_papers(script):
+    scenario = {"surge": {"start_min": 3.75, "end_min": 6.25, "factor": 2.0}}
+    kinds = script.run_kinds(scenario)
+    assert list(kinds) == ["no-surge", "surge", "removal", "basin"]
+    assert kinds["no-surge"].sets == ("surge.factor=1.0",)
+    assert kinds["surge"].sets == () and kinds["surge"].policy == "hicache"
+    assert kinds["basin"].policy == "basin"
+    # Burst removal ends the surge's sessions when the surge ends, as a scenario intervention.
+    removal = load_scenario("trap-1p1d", list(kinds["removal"].sets))
+    assert [(iv.at_min, iv.terminate_tag) for iv in removal.interventions] == [(6.25, "burst")]
+    # The gateway predicts peaks by growth; the simulated BASIN gets the same predictor.
+    basin = load_scenario("trap-1p1d", list(kinds["basin"].sets))
+    assert basin.policy_params["predictor"] == "growth:1.5"
+
+
+def test_the_cpu_record_tells_a_busy_process_from_an_idle_one(script, tmp_path):
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 4\nwhile time.time() < end: pass"])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(4)"])
+    time.sleep(0.5)  # both started: their start-up is in the first reading, not in a share
+    sampler = script.CpuSampler({"busy": (busy.pid, False), "idle": (idle.pid, False)}, tmp_path / "cpu.csv",
+                                interval_s=0.5)
+    sampler.start()
+    busy.wait()
+    idle.wait()
+    sampler.stop()
+    summary = script.cpu_summary(tmp_path / "cpu.csv")
+    # A busy loop gets at least a share of a core even on a loaded machine; a sleeper gets none.
+    assert summary["busy_cores_mean"] > 0.2
+    assert summary["idle_cores_p95"] < 0.02
+
+
+def _fake_run(folder: Path, real: dict, sim: dict, cpu: dict) -> None:
+    for side, summary in (("real", real), ("sim", sim)):
+        (folder / side / "hicache").mkdir(parents=True)
+        (folder / side / "hicache" / "summary.json").write_text(json.dumps(summary))
+    (folder / "run.json").write_text(json.dumps({"cpu": cpu}))
+
+
+def test_the_table_sets_each_real_run_beside_its_simulation(script, tmp_path):
+    _fake_run(tmp_path / "surge" / "seed0", {"state": "trapped", "goodput_per_h": 40.0},
+              {"state": "trapped", "goodput_per_h": 44.0}, {"engine_cores_mean": 0.98})
+    _fake_run(tmp_path / "surge" / "seed1", {"state": "healthy", "goodput_per_h": 0.0},
+              {"state": "trapped", "goodput_per_h": 10.0}, {})
+    rows = script.table_rows(tmp_path, ["no-surge", "surge"], [0, 1, 2])
+    assert [(r["run"], r["seed"]) for r in rows] == [("surge", 0), ("surge", 1)]
+    assert rows[0]["goodput_gap"] == pytest.approx(0.10)
+    assert rows[0]["real_state"] == rows[0]["sim_state"] == "trapped"
+    assert rows[0]["engine_cores_mean"] == 0.98
+    assert rows[1]["goodput_gap"] is None  # no real goodput to compare against
+    script.write_report(tmp_path, rows)
+    table = (tmp_path / "table.md").read_text()
+    assert "| surge | 0 | trapped | trapped | 40 | 44 | 0.1 |" in table
+
+
+def test_the_basin_run_refuses_to_start_without_its_cliff_profile(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "real_trap.py"), "--runs", "basin",
+                           "--out", str(tmp_path), "--basin-profile", str(tmp_path / "missing.yaml")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode != 0
+    assert "--basin-profile" in done.stderr and "basin profile" in done.stderr
