@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from basin.cliff import reference_hit
-from basin.metrics import CliffPoints, cache_cliff_points, cliff_median_curve, hit_rate_per_minute
-from basin.metrics._tables import ACTIVE_TAG_PREFIX, SECONDS_PER_MINUTE, Table, floats
+from basin.metrics import CliffPoints, cache_cliff_points, cliff_median_curve, floats, hit_rate_per_minute
 from basin.plotting import new_figure as _new_figure
 from basin.plotting import save_figure as _save
+from basin.runtables import ACTIVE_TAG_PREFIX, SECONDS_PER_MINUTE, Table
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -46,8 +46,8 @@ from basin.experiments.scenario import (
     scenario_path,
 )
 from basin.experiments.store import STORE_DIR, RunStore, code_digest, run_key
-from basin.metrics._tables import Table
 from basin.metrics.summary import RunSummary
+from basin.runtables import Table
 from basin.yamlfile import load_mapping
 
 #: A summary field a plot can show besides the numeric ones: the run ended trapped.
