@@ -16,6 +16,7 @@ DPI = 120
 
 def new_figure(width_in: float, height_in: float) -> Figure:
     """A figure on the Agg canvas (no pyplot state, safe in worker processes)."""
+    # Lazy: matplotlib takes 0.1-0.3 s to import; only this path uses it.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

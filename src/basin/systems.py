@@ -17,12 +17,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from basin.catalog import Deployment, HardwareProfile, load_hardware
+from basin.catalog.cliff_profiles import DEFAULT_WORKLOAD, load_profile, profile_path_as_run
 from basin.errors import BasinInputError
 from basin.policy.base import Handed, Ingredient, Policy
 from basin.policy.basin import CliffSummary
 from basin.policy.continuum import ReloadCosts
 from basin.policy.params import PolicyParamError
 from basin.policy.registry import policy_class, policy_names
+from basin.predict.peak import make_predictor
 
 #: The build option that names each ingredient a policy can be handed
 #: (:attr:`basin.policy.base.Policy.HANDED`), where one names it.
@@ -101,8 +103,6 @@ def handed_to(system: str, ingredients: frozenset[Ingredient], options: Mapping[
     if "cliff" in ingredients:
         cliff = cliff_summary(context, _option_text(system, options, "profile"))
     if "predictor" in ingredients:
-        from basin.predict.peak import make_predictor  # fitting tools: only when a policy asks
-
         spec = _option_text(system, options, "predictor") or DEFAULT_PREDICTOR
         predictor = make_predictor(spec, context.workload)
     if "reload_costs" in ingredients:
@@ -124,8 +124,6 @@ def cliff_summary(context: RunContext, profile: str | None = None) -> CliffSumma
     router) and the workload (falling back to the default workload's), else
     the reference curve without shedding (no profile, no critical rate).
     ``origin`` says which."""
-    from basin.catalog.cliff_profiles import DEFAULT_WORKLOAD, load_profile, profile_path_as_run
-
     dep = context.deployment
     path = profile
     if path is None and dep is not None:

@@ -34,9 +34,10 @@ from typing import Any
 import yaml
 
 from basin.calibrate.measure import BATCH_SIZES, Measured
-from basin.catalog.calibrated import CalibratedProfile, CalibratedShape
+from basin.catalog.calibrated import CalibratedProfile, CalibratedShape, user_profile_dir
 from basin.catalog.hardware import DecodeProfile, HardwareProfile, PrefillProfile
 from basin.errors import BasinInputError
+from basin.paths import PROFILE_DIR
 
 
 def _pick(*options: tuple[int | None, str]) -> tuple[int, str]:
@@ -139,9 +140,6 @@ def write_profile(profile: CalibratedProfile, path: Path) -> Path:
 
 def output_path(out: str) -> tuple[str, Path]:
     """``(name, path)`` of ``--out``: a .yaml path, or a bare name written to the user profile folder."""
-    from basin.catalog.calibrated import user_profile_dir
-    from basin.paths import PROFILE_DIR
-
     given = Path(out)
     if given.suffix in (".yaml", ".yml"):
         return given.stem, given

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from basin.catalog.capacity import effective_cache_tokens
 from basin.catalog.deployments import ROUTERS, Deployment, load_deployment
@@ -374,7 +375,6 @@ def profile_text(profile: CliffProfile, fmt: str = "yaml") -> str:
     data = profile.to_dict()
     if fmt == "json":
         return json.dumps(data, indent=2) + "\n"
-    import yaml
 
     header = (f"# BASIN cliff profile of {profile.deployment} ({profile.router}, {profile.workload}); written by "
               "`basin profile`, regenerate rather than edit.\n")
@@ -541,8 +541,6 @@ def load_profile(path_or_name: str | os.PathLike[str]) -> CliffProfile:
         except json.JSONDecodeError as exc:
             raise BasinInputError(f"{path}: not valid JSON ({exc})") from None
     else:
-        import yaml
-
         try:
             data = safe_load(text)
         except yaml.YAMLError as exc:

@@ -15,6 +15,7 @@ from basin.catalog.calibrated import CalibratedProfile, is_calibrated
 from basin.catalog.capacity import effective_cache_tokens
 from basin.catalog.files import close_names, named_file
 from basin.catalog.hardware import HardwareProfile, load_hardware
+from basin.catalog.roofline import describe, hardware_name
 from basin.errors import BasinInputError
 from basin.paths import PROFILE_DIR
 from basin.yamlfile import load_yaml, validation_message
@@ -71,8 +72,6 @@ class DescribedDeployment(BaseModel):
     router: RouterName = "cache-aware"
 
     def deployment(self) -> Deployment:
-        from basin.catalog.roofline import describe, hardware_name
-
         describe(self.model, self.gpu, self.tp)  # an unknown model or GPU, or no room for the cache: now
         return Deployment(name=self.name, hardware=hardware_name(self.model, self.gpu, self.tp),
                           prefill_instances=self.prefill_instances, decode_instances=self.decode_instances,

@@ -33,6 +33,7 @@ def unknown_name_message(kind: str, name: str, known: list[str], also: str = "or
 
 def user_profile_names() -> list[str]:
     """Names of the calibrated profiles in the user profile folder."""
+    # Lazy: basin.catalog.calibrated imports this module (an import circle).
     from basin.catalog.calibrated import user_profile_dir
 
     folder = user_profile_dir()
@@ -53,6 +54,7 @@ def named_file(kind: str, name_or_path: str) -> Path:
     if path.suffix in (".yaml", ".yml"):
         raise BasinInputError(f"{path}: {entry} file not found")
     if path.name == name_or_path and name_or_path:
+        # Lazy: basin.catalog.calibrated imports this module (an import circle).
         from basin.catalog.calibrated import user_profile_dir
 
         mine = user_profile_dir() / f"{name_or_path}.yaml"

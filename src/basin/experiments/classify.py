@@ -64,16 +64,20 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
+import basin
 from basin import diskcache
+from basin.catalog import load_deployment, load_hardware
 from basin.errors import BasinInputError
 from basin.experiments.pool import run_jobs
 from basin.experiments.ramp import LoadRamp
-from basin.experiments.scenario import Scenario
-from basin.model.classify import GRID_SESSIONS, GRID_WORKLOAD, GridPoint, grid_workload, model_limits
-from basin.model.hitcurve import HitCurve
+from basin.experiments.scenario import Scenario, load_scenario
+from basin.metrics import cache_cliff_points
+from basin.model.classify import GRID_SESSIONS, GRID_WORKLOAD, GridPoint, grid_model, grid_workload, model_limits
+from basin.model.hitcurve import HitCurve, fit_table
 from basin.model.params import resolve_deployment
 from basin.model.resources import DEFAULT_TOLERANCE, LimitClassification, resource_condition
 from basin.model.throughput import FluidModel
+from basin.plotting import new_figure, save_figure
 
 #: Ramp design (module docstring).
 RAMP_LOW = 0.1
@@ -190,8 +194,6 @@ def code_digest() -> str:
     the simulator's sources, the runner and policy it uses, the workload
     code and the shipped presets. Unrelated modules (other policies, metrics,
     the CLI) are left out so that work elsewhere does not discard the cache."""
-    import basin
-
     root = Path(basin.__file__).resolve().parent
     files = list((root / "sim").glob("*.py")) + [root / rel for rel in _RUN_SOURCES]
     files += (root / "workload" / "presets_data").glob("*.yaml")
@@ -202,8 +204,6 @@ def run_key(scenario: Scenario) -> str:
     """Cache key of a run: every field of the scenario, the deployment and
     hardware profiles it reads (their values, so comments do not count), the
     cache format and :func:`code_digest`."""
-    from basin.catalog import load_deployment, load_hardware
-
     dep = load_deployment(scenario.deployment)
     parts = [scenario.model_dump(mode="json"), dep.model_dump(mode="json"),
              load_hardware(dep.hardware).model_dump(mode="json")]
@@ -254,6 +254,7 @@ class RunCache:
 def simulate_columns(scenario: Scenario) -> dict[str, np.ndarray]:
     """Run one scenario and keep the timeseries columns the detection and the
     cliff need (a top-level function so worker processes can receive it)."""
+    # Lazy: this import loads 35 modules; only this path uses it.
     from basin.experiments.runner import run_scenario
 
     ts = run_scenario(scenario).result.timeseries
@@ -484,8 +485,6 @@ def grid_scenarios(points: Sequence[GridPoint], curve: HitCurve, seeds: Sequence
                    ) -> tuple[dict[str, Scenario], dict[GridPoint, list[str]], dict[GridPoint, FluidModel]]:
     """Ramp scenarios of every point and seed, by run key; the keys of each
     point; the model of each point."""
-    from basin.model.classify import grid_model
-
     scenarios, keys = _ramp_scenarios(points, seeds)
     return scenarios, keys, {pt: grid_model(pt, curve) for pt in points}
 
@@ -551,8 +550,6 @@ def cliff_points(ts: dict[str, np.ndarray], host_ratio: float) -> tuple[np.ndarr
     GPU cache and the inclusive host tier (the model's ``C``), leaving out
     windows with too few calls to measure and any after decode memory first
     filled with running requests (there the hit rate reflects decode waits)."""
-    from basin.metrics import cache_cliff_points
-
     pts = cache_cliff_points(ts, window_min=WINDOW_MIN)
     calls = _windows(ts, "calls_completed", "sum")
     i = (pts.start_min // WINDOW_MIN).astype(int)
@@ -572,9 +569,6 @@ def profile_hit_curve(scenario: str = PROFILE_SCENARIO, factors: Sequence[float]
     surge factor and seed, fitted into a monotone table
     (:func:`basin.model.hitcurve.fit_table`). Returns the table and the raw
     points ``(x, h)``."""
-    from basin.experiments.scenario import load_scenario
-    from basin.model.hitcurve import fit_table
-
     if not factors or not seeds:
         raise BasinInputError("fit-curve: give at least one surge factor and one seed")
     runs: dict[str, Scenario] = {}
@@ -605,8 +599,6 @@ def plot_classification(summary: GridSummary, out_png: str | os.PathLike[str]) -
     """The paper's Fig. 9b: each deployment's model ratio (cache-limited peak
     over decode bound) against the simulator's verdict; the model flags those
     left of the dashed line."""
-    from basin.plotting import new_figure, save_figure
-
     fig = new_figure(7.0, 3.6)
     ax = fig.add_subplot(1, 1, 1)
     rows = {"cache": 1.0, "decode": 0.0, "none": -1.0}

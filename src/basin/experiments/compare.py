@@ -12,6 +12,8 @@ time-series figure (the paper's Fig. 13).
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import os
 import re
@@ -25,7 +27,11 @@ import numpy as np
 from basin.errors import BasinInputError
 from basin.experiments.pool import run_jobs
 from basin.jsonvalues import json_values
+from basin.metrics.actions import with_action_columns
+from basin.metrics.io import write_run
 from basin.plotting import save_figure
+from basin.policy.driver import capture_drivers
+from basin.policy.registry import policy_class
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -47,7 +53,10 @@ class ScenarioInfo:
 
 
 def describe(scenario_name: str, overrides: Sequence[str] = ()) -> ScenarioInfo:
+    # Lazy: this import loads pydantic (214 modules); only this path uses it.
     from basin.experiments.runner import deployment_for
+
+    # Lazy: this import loads pydantic (176 modules); only this path uses it.
     from basin.experiments.scenario import load_scenario
 
     sc = load_scenario(scenario_name, list(overrides))
@@ -132,8 +141,6 @@ def switch_on_start(system: str) -> str | None:
     switch that on mid-run (the engine wires it in at the start): it starts
     under ``crossflow``, whose borrowing is the same, and ``crossflow`` itself
     runs from the start."""
-    from basin.policy.registry import policy_class
-
     if system == "hicache":
         return None
     borrowing = policy_class(system)().needs.decode_prefill_borrowing
@@ -149,6 +156,7 @@ def switched_scenario(sc: Scenario, system: str, at_min: float) -> tuple[Scenari
     policy to start under (``system`` itself when it is not switched). The
     scenario's own ``switch_policy`` interventions are replaced by the one
     switch to ``system`` (its other interventions stay)."""
+    # Lazy: this import loads pydantic (176 modules); only this path uses it.
     from basin.experiments.scenario import InterventionSpec
 
     kept = tuple(iv for iv in sc.interventions if iv.switch_policy is None)
@@ -169,10 +177,11 @@ def run_one(job: tuple[str, tuple[str, ...], str, int] | tuple[str, tuple[str, .
 
     The written time series carries the policy's action columns
     (:mod:`basin.metrics.actions`), read from the run's policy driver."""
+    # Lazy: this import loads pydantic (214 modules); only this path uses it.
     from basin.experiments.runner import params_for, run_scenario
+
+    # Lazy: this import loads pydantic (176 modules); only this path uses it.
     from basin.experiments.scenario import load_scenario
-    from basin.metrics.actions import with_action_columns
-    from basin.policy.driver import capture_drivers
 
     scenario, overrides, system, seed = job[:4]
     tables = job[4] if len(job) > 4 else None
@@ -185,8 +194,6 @@ def run_one(job: tuple[str, tuple[str, ...], str, int] | tuple[str, tuple[str, .
     with capture_drivers() as drivers:
         result = run_scenario(sc, start, params=dict(params_for(sc, [start], strict=False).given[start]))
     if tables is not None:
-        from basin.metrics.io import write_run
-
         timeseries = result.result.timeseries
         log = drivers[-1].actions if drivers else None
         if log is not None:
@@ -272,6 +279,7 @@ def aggregate(results: list[dict[str, object]], infos: dict[str, ScenarioInfo],
 def run_folders(scenarios: Sequence[str]) -> dict[str, str]:
     """A folder name per scenario argument: its name, made unique (two files
     may share a name; a path is never a folder name)."""
+    # Lazy: this import loads pydantic (176 modules); only this path uses it.
     from basin.experiments.scenario import load_scenario
 
     out: dict[str, str] = {}
@@ -295,7 +303,10 @@ def run_compare(scenarios: Sequence[str], systems: Sequence[str], overrides: Seq
     the scenario as given (a name or a path). With ``switch_on_min`` every
     run starts under HiCache and its system is switched on at that minute
     (:func:`switched_scenario`); rows keep the system's name."""
+    # Lazy: this import loads pydantic (214 modules); only this path uses it.
     from basin.experiments.runner import check_runnable
+
+    # Lazy: this import loads pydantic (176 modules); only this path uses it.
     from basin.experiments.scenario import load_scenario
 
     if not scenarios:
@@ -323,9 +334,6 @@ def row_dicts(rows: Sequence[CompareRow]) -> list[dict[str, object]]:
 def rows_csv(rows: Sequence[CompareRow]) -> str:
     """The rows as CSV, one line per (scenario, system); the per-seed figures
     joined by ``;`` and the bins left out (they are in compare.json)."""
-    import csv
-    import io
-
     buf = io.StringIO()
     dicts = row_dicts(rows)
     fields = [k for k in (dicts[0] if dicts else {}) if k != "bins"]
@@ -432,6 +440,7 @@ def plot_compare(rows: Sequence[CompareRow], out_png: str | os.PathLike[str]) ->
     as % of the lowest. One marker per scenario (shape: scenario kind; 1P3D
     filled on the left, 1P1D hollow on the right); a bar at each system's
     worst scenario."""
+    # Lazy: matplotlib takes 0.1-0.3 s to import; only this path uses it.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -484,6 +493,7 @@ def plot_bins(rows: Sequence[CompareRow], info: ScenarioInfo, out_png: str | os.
     (arrival to first token) in 5-minute bins, per system. ``key`` is the
     scenario as the rows name it (the argument given: a name or a path);
     default: the scenario's name."""
+    # Lazy: matplotlib takes 0.1-0.3 s to import; only this path uses it.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -21,6 +21,7 @@ from typing import Any
 from basin.catalog import CriticalRate, critical_rate, load_deployment, with_host_ratio
 from basin.errors import BasinInputError
 from basin.experiments.pool import run_jobs
+from basin.experiments.ramp import workload_spec
 from basin.experiments.scenario import Scenario
 from basin.metrics.windows import DegradationRule
 
@@ -53,8 +54,6 @@ def steady_scenario(deployment: str, rate: float, seed: int, *, host_ratio: floa
     surge, HiCache alone (``measure_end_min`` default: three quarters of the
     run); ``sessions`` are synthesised for a synthetic preset, a real table
     or file is taken whole."""
-    from basin.experiments.ramp import workload_spec
-
     measure = measure_end_min if measure_end_min is not None else duration_min * STEADY_MEASURE_END_MIN \
         / STEADY_DURATION_MIN
     return Scenario.model_validate({
@@ -87,6 +86,7 @@ class SteadyRun:
 
 
 def _steady_job(scenario: Scenario) -> SteadyRun:
+    # Lazy: this import loads 38 modules; only this path uses it.
     from basin.experiments.runner import run_scenario
 
     s = run_scenario(scenario).summary

@@ -11,6 +11,7 @@ down afterwards.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -43,6 +44,7 @@ def check_executor(name: str, address: str | None) -> None:
 
 def _ray() -> Any:
     try:
+        # Lazy: ray takes about 0.23 s to import; only this path uses it.
         import ray
     except ImportError:
         raise BasinInputError("--executor ray needs Ray, which is not installed: pip install 'basin-serve[ray]' "
@@ -67,8 +69,6 @@ def execute(fn: Callable[[Job], Result], jobs: Sequence[Job], on_result: Callabl
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
     """Refuse at once a cluster address nothing answers on (Ray itself retries
     for minutes before giving up)."""
-    import socket
-
     if address in ("auto", "local"):
         return  # Ray finds these itself and fails fast when there is none
     hostport = address.removeprefix("ray://").rsplit("/", 1)[0]

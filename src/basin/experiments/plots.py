@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from basin.cliff import reference_hit
-from basin.metrics import CliffPoints, cache_cliff_points, cliff_median_curve, hit_rate_per_minute
-from basin.metrics._tables import ACTIVE_TAG_PREFIX, SECONDS_PER_MINUTE, Table, floats
+from basin.metrics import CliffPoints, cache_cliff_points, cliff_median_curve, floats, hit_rate_per_minute
+from basin.metrics.actions import derived_action_columns
+from basin.metrics.sessions import session_outcomes
 from basin.plotting import new_figure as _new_figure
 from basin.plotting import save_figure as _save
+from basin.runtables import ACTIVE_TAG_PREFIX, SECONDS_PER_MINUTE, Table
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -112,6 +114,7 @@ def plot_run_timeseries(timeseries_by_system: Mapping[str, Table], out_png: str 
     ``include_parked`` adds sessions parked at the router to each run's total.
     Returns the figure (already saved).
     """
+    # Lazy: matplotlib takes 0.1-0.3 s to import; only this path uses it.
     from matplotlib.ticker import EngFormatter
 
     if not timeseries_by_system:
@@ -119,6 +122,7 @@ def plot_run_timeseries(timeseries_by_system: Mapping[str, Table], out_png: str 
     if bands_of is not None and bands_of not in timeseries_by_system:
         raise ValueError(f"plot_run_timeseries: no run of '{bands_of}' to draw action bands from")
     single = len(timeseries_by_system) == 1
+    # Lazy: matplotlib takes 0.1-0.3 s to import; only this path uses it.
     from matplotlib.lines import Line2D
 
     fig = _new_figure(10.0 if single else 12.0, 13.0)
@@ -296,6 +300,7 @@ def plot_profile(profile: CliffProfile, out_png: str | os.PathLike[str]) -> Path
     ax_steps.set_ylabel("sessions per minute")
     ax_act.set_ylabel("active sessions (squares, dotted)")
     ax_act.set_yscale("log")
+    # Lazy: matplotlib takes 0.1-0.3 s to import; only this path uses it.
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     ax_act.yaxis.set_major_formatter(ScalarFormatter())
@@ -367,8 +372,6 @@ def _sessions_per_minute(ts: Table, include_parked: bool) -> np.ndarray:
 def _draw_bands(ax: Axes, timeseries: Table, system: str) -> None:
     """Bands at the top of ``ax`` for ``system``'s actions, with the y axis
     raised so the curves stay below them."""
-    from basin.metrics.actions import derived_action_columns
-
     table = {**timeseries, **derived_action_columns(timeseries)}
     spans = action_band_spans(table)
     drawn = []
@@ -400,8 +403,6 @@ def session_slowdowns(sessions: Table, *, measure_end_s: float, run_end_s: float
     """Slowdowns of the measured sessions that completed, and how many
     measured sessions did not (still running or parked at the run's end, or
     shed): the population of the slowdown CDF."""
-    from basin.metrics.sessions import session_outcomes
-
     out = session_outcomes(sessions, measure_end_s=measure_end_s, run_end_s=run_end_s)
     m = out.measured
     done = m & out.completed
@@ -412,8 +413,6 @@ def new_session_waits(calls: Table, sessions: Table, *, measure_end_s: float, ru
     """Wait of each measured, non-shed new session from arrival to its first
     token; a session whose first call never finished counts with the time it
     had waited by the run's end."""
-    from basin.metrics.sessions import session_outcomes
-
     arrival = floats(sessions, "arrival_s")
     out = session_outcomes(sessions, measure_end_s=measure_end_s, run_end_s=run_end_s)
     keep = out.measured & ~out.shed

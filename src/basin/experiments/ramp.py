@@ -56,8 +56,10 @@ from basin.catalog.cliff_profiles import (
 from basin.cliff import X_KNEE
 from basin.errors import BasinInputError
 from basin.experiments.pool import run_jobs
-from basin.experiments.scenario import Scenario
+from basin.experiments.scenario import Scenario, WorkloadSpec
+from basin.metrics.cliff import cache_cliff_points
 from basin.predict.cliff import fit_kappa, lower_quartile
+from basin.workload.synthetic import SYNTHETIC_PRESETS
 
 #: Default ramp, relative to the knee rate: the session rate at which Little's
 #: law puts the unloaded working set at the reference knee, ``x_k C_eff`` over
@@ -123,14 +125,12 @@ class LoadRamp:
 def workload_spec(workload: str, sessions: int | None) -> dict[str, Any]:
     """The scenario workload of a ramp: ``sessions`` synthesised for a
     synthetic preset; a real table or file is taken whole."""
-    from basin.workload.synthetic import SYNTHETIC_PRESETS
-
     return {"name": workload, "sessions": sessions if workload in SYNTHETIC_PRESETS else None}
 
 
 def _load_workload(name: str, seed: int, sessions: int | None) -> Any:
+    # Lazy: this import loads 38 modules; only this path uses it.
     from basin.experiments.runner import build_workload
-    from basin.experiments.scenario import WorkloadSpec
 
     return build_workload(WorkloadSpec.model_validate(workload_spec(name, sessions)), seed)
 
@@ -201,6 +201,7 @@ def profile_scenario(deployment: str, dep: Deployment, workload: str, ramp: Ramp
 def simulate_ramp(dep: Deployment, workload: str, ramp: RampSettings, seed: int,
                   deployment: str | None = None) -> dict[str, np.ndarray]:
     """Run one profiling ramp on the simulator; returns its per-minute timeseries."""
+    # Lazy: this import loads 38 modules; only this path uses it.
     from basin.experiments.runner import run_scenario
 
     scenario = profile_scenario(deployment or dep.name, dep, workload, ramp, seed)
@@ -232,8 +233,6 @@ def _step_figures(ts: Mapping[str, np.ndarray], ramp: RampSettings, c_eff: float
 def _ramp_points(ts: Mapping[str, np.ndarray], ramp: RampSettings) -> tuple[np.ndarray, np.ndarray]:
     """Window points against the effective cache; windows starting inside the
     first step's settling time (the warm start) are left out."""
-    from basin.metrics.cliff import cache_cliff_points
-
     effective = dict(ts)
     effective["cache_capacity_tokens"] = np.maximum(np.asarray(ts["cache_capacity_tokens"], dtype=np.float64),
                                                     np.asarray(ts["host_capacity_tokens"], dtype=np.float64))

@@ -14,6 +14,7 @@ import html
 import json
 import math
 import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -114,6 +115,7 @@ def _csv_rows(path: Path) -> tuple[list[str], list[list[Any]]]:
 
 
 def _parquet_rows(path: Path) -> tuple[list[str], list[list[Any]]]:
+    # Lazy: pyarrow takes 60-70 ms to import; only this path uses it.
     import pyarrow.parquet as pq
 
     table = pq.read_table(path)
@@ -240,6 +242,7 @@ def _read_json(path: Path, what: str) -> Any:
 def _description(kind: ReportKind, provenance: dict[str, Any]) -> str:
     """What the folder is about, in the words its scenario or sweep file uses."""
     if kind == "sweep":
+        # Lazy: PyYAML takes about 14 ms to import; only this path uses it.
         import yaml
 
         try:
@@ -275,9 +278,10 @@ def _replay_parts(directory: Path) -> tuple[list[dict[str, Any]], dict[str, Any]
 
 def _replay_plots(folders: Sequence[Path], rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
     """The run plots of a replay (it writes tables only), drawn for the page."""
-    import tempfile
-
+    # Lazy: this import loads 126 modules; only this path uses it.
     from basin.experiments.plots import plot_cliff, plot_run_timeseries
+
+    # Lazy: this import loads 123 modules; only this path uses it.
     from basin.metrics.io import read_table
 
     series = {str(row["system"]): read_table(folder / "timeseries.parquet")

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+import basin
 from basin.catalog import (
     Deployment,
     HardwareProfile,
@@ -26,6 +27,7 @@ from basin.catalog import (
     require_critical_rate,
     with_host_ratio,
 )
+from basin.catalog.cliff_profiles import profile_path_as_run
 from basin.catalog.files import close_names
 from basin.errors import BasinInputError
 from basin.experiments.scenario import Scenario, WorkloadSpec, scenario_dict, scenario_path
@@ -142,7 +144,6 @@ def cliff_used(scenario: Scenario, system: str, params: Mapping[str, object]) ->
     cache tier's and workload's own (a fallback would otherwise go unseen)."""
     if "profile" not in build_options(system):
         return None, None
-    from basin.catalog.cliff_profiles import profile_path_as_run
 
     dep = deployment_for(scenario)
     context = RunContext(deployment=dep, workload=scenario.workload.name, host_ratio=scenario.host_ratio)
@@ -439,8 +440,6 @@ def provenance(scenarios: Sequence[tuple[str, Scenario, Sequence[str]]], systems
     """What an output folder was made from: each scenario as resolved (after
     overrides) with its file and overrides, every system's settings and
     cliff profile, the package version and the command line."""
-    import basin
-
     data: dict[str, Any] = {
         "basin_serve_version": basin.__version__,
         "command": command_line(),

@@ -25,9 +25,9 @@ from typing import Any
 
 from basin.diskcache import make_key, source_digest
 from basin.jsonvalues import json_value
-from basin.metrics._tables import Table
 from basin.metrics.io import SUMMARY_FILE, read_summary, write_run
 from basin.metrics.summary import RunSummary
+from basin.runtables import Table
 
 #: The store's folder inside a sweep's output folder.
 STORE_DIR = "runs"

@@ -32,8 +32,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+import basin
+from basin.catalog import load_hardware, require_critical_rate
 from basin.catalog.files import close_names
+from basin.diskcache import source_digest
 from basin.errors import BasinInputError
+from basin.experiments.executors import check_executor, execute
 from basin.experiments.scenario import (
     Scenario,
     _anchored,
@@ -41,13 +45,16 @@ from basin.experiments.scenario import (
     _problem,
     apply_overrides,
     check_key,
+    load_scenario,
     resolve_file_paths,
     scenario_dict,
     scenario_path,
 )
 from basin.experiments.store import STORE_DIR, RunStore, code_digest, run_key
-from basin.metrics._tables import Table
+from basin.jsonvalues import json_value
 from basin.metrics.summary import RunSummary
+from basin.runtables import Table
+from basin.systems import expand_systems
 from basin.yamlfile import load_mapping
 
 #: A summary field a plot can show besides the numeric ones: the run ended trapped.
@@ -264,7 +271,7 @@ def _scenario_at(path: Path, scenario_file: Path, base: Mapping[str, Any],
 
 
 def _reference_rate(path: Path, name: str, axis: DerivedAxis, sc: Scenario) -> float:
-    from basin.catalog import require_critical_rate
+    # Lazy: this import loads 38 modules; only this path uses it.
     from basin.experiments.runner import base_rate_per_min, deployment_for
 
     dep = deployment_for(sc)
@@ -297,8 +304,8 @@ def resolve_sweep(path: Path, spec: SweepSpec) -> Sweep:
     """Check a sweep given as a spec and resolve every point of its grid (no
     run). ``path`` is the file it came from: relative paths are read from its
     folder and messages name it (``basin tune`` builds its specs in memory)."""
+    # Lazy: this import loads 38 modules; only this path uses it.
     from basin.experiments.runner import check_runnable, params_for
-    from basin.systems import expand_systems
 
     here = path.resolve().parent
     scenario_arg = _anchored(spec.scenario, here) if _looks_like_path(spec.scenario) else spec.scenario
@@ -400,6 +407,7 @@ def resolve_sweep(path: Path, spec: SweepSpec) -> Sweep:
     axis_values.setdefault("seed", tuple(dict.fromkeys(p.scenario.seed for p in points)))
     sweep = Sweep(path, spec, scenario_arg, tuple(points), coord_columns, axis_values, tuple(systems),
                   tuple(warnings), tuple(notes))
+    # Lazy: basin.experiments.sweep_plots imports this module (an import circle).
     from basin.experiments.sweep_plots import check_plots
 
     check_plots(sweep)
@@ -460,8 +468,6 @@ def _check_cases(path: Path, spec: SweepSpec, given: Mapping[str, str]) -> None:
 
 
 def _file_digest(value: object) -> str | None:
-    from basin.diskcache import source_digest
-
     if isinstance(value, str) and _looks_like_path(value) and Path(value).is_file():
         return source_digest([Path(value)])
     return None
@@ -469,8 +475,7 @@ def _file_digest(value: object) -> str | None:
 
 def run_config(sc: Scenario, system: str, params: Mapping[str, object]) -> dict[str, Any]:
     """Everything one run's result depends on, as plain data (hashed for its store key)."""
-    import basin
-    from basin.catalog import load_hardware
+    # Lazy: this import loads 38 modules; only this path uses it.
     from basin.experiments.runner import base_rate_per_min, cliff_used, deployment_for, resolved_params
 
     dep = deployment_for(sc)
@@ -518,6 +523,7 @@ class RunOutput:
 
 def compute_run(job: RunJob) -> RunOutput:
     """Simulate one run (module-level: pickled to pool and Ray workers)."""
+    # Lazy: this import loads 38 modules; only this path uses it.
     from basin.experiments.runner import run_scenario
 
     start = time.perf_counter()
@@ -557,8 +563,6 @@ def run_sweep(sweep: Sweep, out_dir: Path, *, executor: str = "local", workers: 
               plots: bool = True) -> SweepOutcome:
     """Compute the runs the store lacks, then write the table, the plots and
     the sweep's provenance from the store."""
-    from basin.experiments.executors import check_executor
-
     check_executor(executor, address)
     start = time.perf_counter()
     store = RunStore(out_dir / STORE_DIR)
@@ -568,6 +572,7 @@ def run_sweep(sweep: Sweep, out_dir: Path, *, executor: str = "local", workers: 
     table = write_table(sweep, store, out_dir / TABLE_FILE)
     drawn: list[Path] = []
     if plots and sweep.spec.plot:
+        # Lazy: basin.experiments.sweep_plots imports this module (an import circle).
         from basin.experiments.sweep_plots import draw_plots
 
         drawn = draw_plots(sweep, table_rows(sweep, store), out_dir)
@@ -585,7 +590,7 @@ def compute_pending(sweeps: Sequence[Sweep], store: RunStore, *, executor: str =
     them all, on one executor), keeping each in the store as it finishes, so
     several sweeps share one pool and one progress display. Returns the count
     computed."""
-    from basin.experiments.executors import execute
+    # Lazy: this import loads 38 modules; only this path uses it.
     from basin.experiments.runner import provenance
 
     todo: dict[str, tuple[Sweep, Point]] = {}
@@ -608,11 +613,10 @@ def compute_pending(sweeps: Sequence[Sweep], store: RunStore, *, executor: str =
 
 
 def _write_record(sweep: Sweep, out_dir: Path, outcome: SweepOutcome, executor: str, table: Path) -> None:
+    # Lazy: this import loads 38 modules; only this path uses it.
     from basin.experiments.runner import provenance, write_provenance
-    from basin.jsonvalues import json_value
 
     base_overrides = [f"{k}={_value_text(v)}" for k, v in sweep.spec.set_.items()]
-    from basin.experiments.scenario import load_scenario
 
     base = load_scenario(sweep.scenario_arg, [])
     data = provenance([(sweep.scenario_arg, base, base_overrides)], {},
@@ -645,6 +649,7 @@ def table_rows(sweep: Sweep, store: RunStore) -> list[dict[str, Any]]:
 
 
 def _column(values: list[Any]) -> Any:
+    # Lazy: pyarrow takes 60-70 ms to import; only this path uses it.
     import pyarrow as pa
 
     if any(isinstance(v, (dict, list, tuple)) for v in values):
@@ -663,6 +668,7 @@ def write_table(sweep: Sweep, store: RunStore, path: Path) -> Path:
 def write_rows(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     """Rows as a Parquet table (a column per key, in first-seen order; mixed
     or nested values as their YAML text), written whole or not at all."""
+    # Lazy: pyarrow takes 60-70 ms to import; only this path uses it.
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -35,6 +35,9 @@ import numpy as np
 
 from basin.catalog.files import close_names
 from basin.errors import BasinInputError
+from basin.experiments.plots import LINE_STYLES, MARKERS
+from basin.experiments.sweep import TRAPPED, is_finite, numeric_summary_fields
+from basin.metrics.state import LabelRule
 from basin.plotting import new_figure, save_figure
 
 if TYPE_CHECKING:
@@ -50,8 +53,6 @@ def _where(sweep: Sweep, i: int) -> str:
 def check_plots(sweep: Sweep) -> None:
     """Refuse, before any run, a plot that names no field or axis of the sweep
     or that would hide one of its axes."""
-    from basin.experiments.sweep import TRAPPED, numeric_summary_fields
-
     shown_fields = (*numeric_summary_fields(), TRAPPED)
     axes = [a for a in sweep.axis_values if a != "system"]
     for i, spec in enumerate(sweep.spec.plot):
@@ -123,8 +124,6 @@ DEFAULT_MAX_TRAPPED = 0.5
 
 
 def _check_frontier(sweep: Sweep, spec: PlotSpec, where: str) -> None:
-    from basin.experiments.sweep import is_finite
-
     xs = sweep.axis_values[spec.x]
     if not all(is_finite(v) for v in xs):
         raise BasinInputError(f"{where}.x': a frontier searches a numeric axis (a load, a surge size); "
@@ -137,8 +136,6 @@ def _check_frontier(sweep: Sweep, spec: PlotSpec, where: str) -> None:
 
 
 def _check_relative(sweep: Sweep, spec: PlotSpec, where: str) -> None:
-    from basin.experiments.sweep import TRAPPED
-
     if spec.field == TRAPPED:
         raise BasinInputError(f"{where}.field': a relative plot divides a number of the run summary by its "
                               "reference value; 'trapped' is a share of seeds: use a heatmap or line")
@@ -157,8 +154,6 @@ def _check_relative(sweep: Sweep, spec: PlotSpec, where: str) -> None:
 
 def _cell(rows: Sequence[Row], field: str) -> tuple[float, float, float, str]:
     """(mean, low, high, label) of ``field`` over the rows (the seeds of one cell)."""
-    from basin.experiments.sweep import TRAPPED, is_finite
-
     if not rows:
         return math.nan, math.nan, math.nan, ""
     if field == TRAPPED:
@@ -204,8 +199,6 @@ def _unit_label(name: str) -> str:
 
 
 def _label(spec: PlotSpec) -> str:
-    from basin.experiments.sweep import TRAPPED
-
     if spec.field == TRAPPED:
         return "trapped (share of seeds)"
     return FIELD_LABELS.get(spec.field) or _unit_label(spec.field)
@@ -234,8 +227,6 @@ def _title(sweep: Sweep, spec: PlotSpec) -> str:
 
 
 def draw_heatmap(sweep: Sweep, spec: PlotSpec, rows: Sequence[Row], out: Path) -> Path:
-    from basin.experiments.sweep import TRAPPED
-
     assert spec.y is not None  # check_plots refused a heatmap without one
     xs, ys = sweep.axis_values[spec.x], sweep.axis_values[spec.y]
     systems = sweep.systems
@@ -277,14 +268,11 @@ def draw_heatmap(sweep: Sweep, spec: PlotSpec, rows: Sequence[Row], out: Path) -
 
 
 def draw_line(sweep: Sweep, spec: PlotSpec, rows: Sequence[Row], out: Path) -> Path:
-    from basin.experiments.sweep import is_finite
-
     xs = sweep.axis_values[spec.x]
     numeric = all(is_finite(v) for v in xs)
     pos = np.array([float(v) for v in xs]) if numeric else np.arange(len(xs), dtype=float)
     fig = new_figure(6.5, 4.0)
     ax = fig.subplots()
-    from basin.experiments.plots import LINE_STYLES, MARKERS
 
     for k, system in enumerate(sweep.systems):
         cells = [_cell(_match(rows, {spec.x: xv, "system": system}), spec.field) for xv in xs]
@@ -367,9 +355,6 @@ def _reuse_lost(row: Row) -> bool:
     """The run failed with its cache: trapped, or its last window's hit rate
     at least 0.10 below the pre-surge one (an overload that began in the last
     window with reuse already gone is the cache's too)."""
-    from basin.experiments.sweep import is_finite
-    from basin.metrics.state import LabelRule
-
     if row.get("state") == "trapped":
         return True
     pre, final = row.get("hit_rate_pre"), row.get("hit_rate_final")
@@ -423,6 +408,7 @@ def draw_frontier(sweep: Sweep, spec: PlotSpec, rows: Sequence[Row], out: Path) 
                 ax.set_ylabel(axis_label(sweep, spec.y, rows))
             if si == len(systems) - 1:
                 ax.set_xlabel(f"highest value that holds of {axis_label(sweep, spec.x, rows)}")
+    # Lazy: matplotlib takes 0.1-0.3 s to import; only this path uses it.
     from matplotlib.patches import Patch
 
     handles = [Patch(facecolor=_LIMIT_STYLE[k][0], label=_LIMIT_STYLE[k][1],
@@ -453,8 +439,6 @@ class RelativeBar:
 def relative_bars(sweep: Sweep, spec: PlotSpec, rows: Sequence[Row]) -> list[RelativeBar]:
     """Every bar of a relative plot: each row's field over the reference row
     with the same other coordinates (the same seed, system, ...)."""
-    from basin.experiments.sweep import is_finite
-
     others = [c for c in sweep.coord_columns if c not in (spec.x, f"{spec.x}.per_min")]
     reference: dict[tuple[Any, ...], float] = {}
     for r in rows:
@@ -526,8 +510,6 @@ PLOT_KINDS: dict[str, Callable[[Sweep, PlotSpec, Sequence[Row], Path], Path]] = 
 
 
 def plot_path(sweep: Sweep, spec: PlotSpec, out_dir: Path) -> Path:
-    from basin.experiments.sweep import TRAPPED
-
     field = TRAPPED if spec.kind == "frontier" else spec.field
     return out_dir / (spec.out or f"{sweep.name}-{spec.kind}-{field}.png")
 

@@ -40,14 +40,30 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from basin.catalog.files import close_names
 from basin.errors import BasinInputError
+from basin.experiments.executors import check_executor
 from basin.experiments.scenario import _anchored, _looks_like_path, scenario_path
 from basin.experiments.store import STORE_DIR, RunStore
-from basin.experiments.sweep import Point, Sweep, SweepSpec, is_finite, resolve_sweep, spec_file_error
+from basin.experiments.sweep import (
+    Point,
+    Sweep,
+    SweepSpec,
+    compute_pending,
+    is_finite,
+    resolve_sweep,
+    spec_file_error,
+    write_rows,
+)
+from basin.jsonvalues import json_value
 from basin.metrics.summary import RunSummary
+from basin.plotting import new_figure, save_figure
+from basin.policy.params import PolicyParamError
+from basin.policy.registry import policy_class, policy_names
+from basin.systems import build_options
 from basin.yamlfile import load_mapping
 
 TABLE_FILE = "tune.parquet"
@@ -215,10 +231,6 @@ def check_setting(system: str, setting: Mapping[str, Any]) -> None:
     """Refuse a setting ``basin run`` would refuse: a parameter ``system`` does
     not have (nested parts included), a wrong type or a value out of range,
     by the same checks (the system's parameter class and its build options)."""
-    from basin.policy.params import PolicyParamError
-    from basin.policy.registry import policy_class
-    from basin.systems import build_options
-
     cls = policy_class(system)
     options = build_options(system)
     values = _nested(setting)
@@ -239,8 +251,6 @@ def _check_grid(path: Path, field: str, system: str, grid: Mapping[str, Sequence
     """Refuse a grid any point of which ``basin run`` would refuse: a wrong
     value is named by its field and value; a clash between values (``u_low``
     above ``u_high``) by the setting that holds it."""
-    from basin.policy.params import PolicyParamError
-
     for param, values in grid.items():
         where = f"{path}: field '{field}.{param}'"
         if param.split(".")[0] in _FIXED_COLUMNS or param in {f.name for f in fields(RunSummary)}:
@@ -291,8 +301,8 @@ def _safe(text: str) -> str:
 
 def load_tuning(file: str | os.PathLike[str]) -> Tuning:
     """Read and check a tuning file and resolve every run (no run)."""
+    # Lazy: this import loads 38 modules; only this path uses it.
     from basin.experiments.runner import resolved_params
-    from basin.policy.registry import policy_names
 
     path = Path(file)
     raw = load_mapping(path, "tuning", "tuning fields (name, scenarios, set, seeds, systems)")
@@ -502,8 +512,6 @@ class TuneOutcome:
     wall_s: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
-        from basin.jsonvalues import json_value
-
         return json_value({
             "out": str(self.out_dir), "table": str(self.table), "best": str(self.best),
             "plot": str(self.plot) if self.plot is not None else None,
@@ -521,9 +529,6 @@ def run_tuning(tuning: Tuning, out_dir: Path, *, executor: str = "local", worker
                plots: bool = True) -> TuneOutcome:
     """Compute the runs the store lacks (the sweeps' own machinery), then
     write the run table, the selection, the plot and the provenance."""
-    from basin.experiments.executors import check_executor
-    from basin.experiments.sweep import compute_pending, write_rows
-
     check_executor(executor, address)
     start = time.perf_counter()
     store = RunStore(out_dir / STORE_DIR)
@@ -622,10 +627,6 @@ def _csv_cell(value: Any) -> Any:
 def draw_goodput(tuning: Tuning, choices: Mapping[str, Choice], path: Path) -> Path:
     """One panel per scenario: each system's goodput at its defaults and at
     its best setting, side by side (the best bar labelled with the ratio)."""
-    import numpy as np
-
-    from basin.plotting import new_figure, save_figure
-
     n = len(tuning.scenarios)
     cols = min(3, n)
     rows = math.ceil(n / cols)
@@ -656,8 +657,8 @@ def draw_goodput(tuning: Tuning, choices: Mapping[str, Choice], path: Path) -> P
 
 
 def _write_record(tuning: Tuning, out_dir: Path, outcome: TuneOutcome, executor: str) -> None:
+    # Lazy: this import loads 38 modules; only this path uses it.
     from basin.experiments.runner import provenance, resolved_params, write_provenance
-    from basin.jsonvalues import json_value
 
     first = {r.scenario: r for r in tuning.runs if r.setting.default}
     scenarios = [(tuning.scenario_args[label], first[label].point.scenario, list(first[label].point.overrides))

@@ -39,6 +39,8 @@ from basin.errors import BasinInputError
 from basin.model import (
     FluidModel,
     SmallestSurge,
+    WorkloadInput,
+    build_model,
     departure_peak,
     low_reuse_rate,
     smallest_trapping_surge,
@@ -286,8 +288,6 @@ def build_monitor(deployment: str, workload: str = "terminal-bench", host_ratio:
     """A monitor whose prior is the model ``basin model analyze -d DEPLOYMENT``
     builds (same profile, workload and curve), so the two agree before any
     observation; a bad name is refused naming the gateway setting."""
-    from basin.model import WorkloadInput, build_model
-
     try:
         prior = build_model(deployment, WorkloadInput(name=workload), host_ratio=host_ratio, curve=curve)
     except BasinInputError as exc:

@@ -48,6 +48,7 @@ from basin.runtables import (
     TIMESERIES,
 )
 from basin.workload.arrivals import PoissonSchedule, SessionArrival, draw_arrivals
+from basin.workload.presets import resolve_workload
 from basin.workload.records import Call, Session
 
 _WORDS = ("agent tool file patch test build error trace module function value index cache request "
@@ -682,14 +683,13 @@ def schedule_sessions(workload_spec: str, cfg: ReplaySettings, max_sessions: int
     """The sessions and their arrival times: the workload's sessions drawn onto
     a seeded Poisson schedule in wall-clock time (``time_scale`` scales tool
     gaps only)."""
-    from basin.workload.presets import resolve_workload
-
     workload = resolve_workload(workload_spec, seed=cfg.seed)
     arrivals = draw_arrivals(workload, PoissonSchedule(cfg.rate_per_min), cfg.duration_s, cfg.seed)
     return arrivals if max_sessions is None else arrivals[:max_sessions]
 
 
 def write_calls(records: list[ReplayCall], path: Path) -> Path:
+    # Lazy: pyarrow takes 60-70 ms to import; only this path uses it.
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -9,7 +9,7 @@ silent are in docs/metrics.md.
 
 from __future__ import annotations
 
-from basin.metrics._tables import CALLS_COLUMNS, SESSIONS_COLUMNS, TIMESERIES_COLUMNS, Table, nan_percentile
+from basin.metrics._tables import CALLS_COLUMNS, SESSIONS_COLUMNS, TIMESERIES_COLUMNS, Table, floats, nan_percentile
 from basin.metrics.cliff import CliffPoints, cache_cliff_points, cliff_median_curve
 from basin.metrics.hitrate import binned_hit_rate, calls_hit_rate, hit_rate, hit_rate_per_minute, minutes_hit_rate
 from basin.metrics.io import read_run, read_summary, read_table, write_run, write_summary, write_table
@@ -21,7 +21,7 @@ from basin.metrics.summary import RunSummary, summarize_run
 from basin.metrics.windows import DegradationRule, WindowStats, window_stats
 
 __all__ = [
-    "CALLS_COLUMNS", "SESSIONS_COLUMNS", "TIMESERIES_COLUMNS", "Table", "nan_percentile",
+    "CALLS_COLUMNS", "SESSIONS_COLUMNS", "TIMESERIES_COLUMNS", "Table", "floats", "nan_percentile",
     "CliffPoints", "cache_cliff_points", "cliff_median_curve",
     "binned_hit_rate", "calls_hit_rate", "hit_rate", "hit_rate_per_minute", "minutes_hit_rate",
     "read_run", "read_summary", "read_table", "write_run", "write_summary", "write_table",

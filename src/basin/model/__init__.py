@@ -32,7 +32,7 @@ from basin.model.hitcurve import HitCurve, PaperHitCurve, TableHitCurve, fit_tab
 from basin.model.params import FluidParams, Param, WorkloadInput, derive_params, load_workload, resolve_deployment
 from basin.model.resources import LimitClassification, ResourceCondition, classify_limit, resource_condition
 from basin.model.surge import SmallestSurge, smallest_trapping_surge
-from basin.model.throughput import FluidModel, smooth_min
+from basin.model.throughput import DEFAULT_SHARPNESS, FluidModel, smooth_min
 
 __all__ = [
     "Analysis", "analyze",
@@ -53,8 +53,6 @@ def build_model(deployment: str, workload: WorkloadInput | None = None, *, host_
                 curve: str | HitCurve = "paper", sharpness: float | None = None) -> FluidModel:
     """The model of ``deployment`` serving ``workload`` (default terminal-bench),
     in one call: the profile, the workload's statistics and a hit curve."""
-    from basin.model.throughput import DEFAULT_SHARPNESS
-
     hit_curve = named_curve(curve) if isinstance(curve, str) else curve
     dep, hw = resolve_deployment(deployment, host_ratio)
     spec = workload or WorkloadInput()

@@ -107,6 +107,7 @@ def _non_increasing(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     scikit-learn's isotonic regression (pool-adjacent-violators), imported
     here: the model's commands must not pay for scikit-learn at import time.
     """
+    # Lazy: scikit-learn takes about 0.6 s to import; only this path uses it.
     from sklearn.isotonic import IsotonicRegression
 
     order = np.arange(values.size, dtype=float)

@@ -29,6 +29,7 @@ from basin.errors import BasinInputError
 from basin.workload.presets import resolve_workload
 from basin.workload.records import Workload
 from basin.workload.stats import workload_stats
+from basin.workload.synthetic import SYNTHETIC_PRESETS
 from basin.workload.transforms import scale_workload, truncate_calls
 
 #: Sessions synthesised for a synthetic preset when none is asked for: enough
@@ -77,8 +78,6 @@ def load_workload(spec: WorkloadInput) -> Workload:
     """The sessions ``spec`` stands for, transformed as a scenario would be."""
     sessions = spec.sessions
     if sessions is None:
-        from basin.workload.synthetic import SYNTHETIC_PRESETS
-
         sessions = DEFAULT_SESSIONS if spec.name in SYNTHETIC_PRESETS else None
     w = resolve_workload(spec.name, seed=spec.seed, n_sessions=sessions)
     if (spec.tool_time, spec.output, spec.prompt) != (1.0, 1.0, 1.0):

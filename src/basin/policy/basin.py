@@ -300,7 +300,7 @@ class BasinPolicy(Policy):
         controller, the fitted predictor and (``online_correction``) the
         predictor's growth model."""
         if cls.prior:
-            return cls(params, cliff=handed.cliff)  # type: ignore[arg-type]
+            return cls(params, cliff=handed.cliff)  # type: ignore[arg-type]  # _own refuses a wrong class
         correction = None
         if getattr(params, "online_correction", False):
             coefficients = getattr(handed.predictor, "growth_coefficients", None)
@@ -311,7 +311,7 @@ class BasinPolicy(Policy):
                     "predictor such as policy_params.predictor=ridge:q=0.9 (or gbt, quantile, auto), "
                     "or leave online_correction off")
             correction = GrowthCorrection(**coefficients())
-        return cls(params, predictor=handed.predictor, cliff=handed.cliff,  # type: ignore[arg-type]
+        return cls(params, predictor=handed.predictor, cliff=handed.cliff,  # type: ignore[arg-type]  # _own refuses a wrong class
                    correction=correction)
 
     def describe(self) -> dict[str, object]:

@@ -68,7 +68,7 @@ class CompositionPolicy(Policy):
 
     @classmethod
     def build(cls, params: PolicyParams, handed: Handed) -> Self:
-        return cls(params, costs=handed.reload_costs)  # type: ignore[arg-type]
+        return cls(params, costs=handed.reload_costs)  # type: ignore[arg-type]  # _own refuses a wrong class
 
     def __init__(self, params: CompositionParams | None = None, *, costs: ReloadCosts | None = None):
         super().__init__(params)

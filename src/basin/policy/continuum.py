@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from basin.errors import BasinInputError
-from basin.policy.base import ControlDecision, EngineNeeds, Handed, Policy, SessionInfo, Signals
+from basin.policy.base import Admission, ControlDecision, EngineNeeds, Handed, Policy, SessionInfo, Signals
 from basin.policy.params import PolicyParamError, PolicyParams
 
 if TYPE_CHECKING:
@@ -257,7 +257,7 @@ class ContinuumPolicy(Policy):
 
     @classmethod
     def build(cls, params: PolicyParams, handed: Handed) -> Self:
-        return cls(params, costs=handed.reload_costs)  # type: ignore[arg-type]
+        return cls(params, costs=handed.reload_costs)  # type: ignore[arg-type]  # _own refuses a wrong class
 
     def __init__(self, params: ContinuumParams | None = None, *, costs: ReloadCosts | None = None):
         if costs is not None and not isinstance(costs, ReloadCosts):
@@ -297,7 +297,7 @@ class ContinuumPolicy(Policy):
         self.params = self._needs_costs(self._own(params))
 
     # ------------------------------------------------------------- sessions
-    def on_session_arrival(self, info: SessionInfo, signals: Signals):
+    def on_session_arrival(self, info: SessionInfo, signals: Signals) -> Admission:
         self.arrival[info.uid] = info.arrival_s
         self.signals = signals
         return super().on_session_arrival(info, signals)

@@ -24,12 +24,14 @@ import math
 import os
 import re
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from basin import diskcache
 from basin.errors import BasinInputError, where
 from basin.predict.growth import GrowthFit, fit_growth
 from basin.predict.peak import (
@@ -45,6 +47,7 @@ from basin.predict.peak import (
     cross_fit,
     group_key,
 )
+from basin.workload.presets import resolve_workload
 from basin.workload.records import Session, Workload
 
 #: Bump when the saved layout or the calibration changes.
@@ -144,6 +147,7 @@ class CalibratedPredictor(_PointAndReservation):
     @classmethod
     def fit(cls, workload: Workload, kind: str = "ridge", level: float | None = None,
             folds: int = DEFAULT_FOLDS, seed: int = DEFAULT_SEED) -> CalibratedPredictor:
+        # Lazy: this import loads scikit-learn (1154 modules); only this path uses it.
         from basin.predict.models import fit_kind, model_kind
 
         if kind not in KINDS:
@@ -190,6 +194,7 @@ class CalibratedPredictor(_PointAndReservation):
         return self.growth.coefficients()
 
     def save(self, path: str | Path) -> Path:
+        # Lazy: joblib takes about 70 ms to import; only this path uses it.
         import joblib
 
         path = Path(path)
@@ -202,6 +207,7 @@ class CalibratedPredictor(_PointAndReservation):
 
     @classmethod
     def load(cls, path: str | Path) -> CalibratedPredictor:
+        # Lazy: joblib takes about 70 ms to import; only this path uses it.
         import joblib
 
         path = Path(path)
@@ -288,9 +294,6 @@ def calibrated_for_workload(workload_name: str, kind: str = "ridge", level: floa
     """The calibrated predictor of a workload spec, tabulated: from this
     process, else the disk caches, else fitted (and saved under the model
     cache, :func:`basin.predict.peak.cache_dir`)."""
-    from basin import diskcache
-    from basin.workload.presets import resolve_workload
-
     level = check_level(level)
     p = Path(workload_name)
     key = (workload_name, p.stat().st_mtime_ns if p.is_file() else None, kind, level)
@@ -318,8 +321,6 @@ def calibrated_for_workload(workload_name: str, kind: str = "ridge", level: floa
             try:
                 predictor.save(path)
             except OSError as exc:
-                import warnings
-
                 warnings.warn(f"could not cache the peak predictor at {path}: {exc}", stacklevel=2)
         return TabulatedCalibrated.of(predictor, workload.sessions, path)
 

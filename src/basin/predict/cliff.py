@@ -128,6 +128,7 @@ def fit_kappa(x: Sequence[float] | np.ndarray, hit: Sequence[float] | np.ndarray
     stopped before the cliff, or started past it). ``label`` names the data
     in that message.
     """
+    # Lazy: scipy takes about 0.27 s to import; only this path uses it.
     from scipy.optimize import minimize_scalar
 
     xa, ha = _check_points(x, hit)

@@ -62,7 +62,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from basin import diskcache
 from basin.errors import BasinInputError, where
+from basin.workload.presets import resolve_workload
 from basin.workload.records import Session, Workload
 
 if TYPE_CHECKING:
@@ -257,6 +259,7 @@ class TrainingData:
 def _one_blas_thread() -> Any:
     """Run BLAS single-threaded: the matrices are a few hundred rows, and extra
     BLAS threads only spin (on a busy machine they slowed a fit tenfold)."""
+    # Lazy: threadpoolctl (about 3 ms to import) is needed only when fitting.
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1, user_api="blas")
@@ -287,12 +290,14 @@ def cross_fit(data: TrainingData, folds: int = DEFAULT_FOLDS, seed: int = DEFAUL
     IDF, centring and alpha (and, for ``kind="auto"``, its choice of model)
     from its training part only.
     """
+    # Lazy: this import loads scikit-learn (1001 modules); only this path uses it.
     from basin.predict.ridge import fit_model as fit_ridge
     from basin.predict.ridge import group_splits
 
     def fit_model(rows: Any, y: Any, groups: Any, *, seed: int, use_text: bool) -> Any:
         if kind == "ridge":
             return fit_ridge(rows, y, groups, seed=seed, use_text=use_text)
+        # Lazy: this import loads scikit-learn (1154 modules); only this path uses it.
         from basin.predict.models import fit_kind
 
         return fit_kind(kind, rows, y, groups, seed=seed, use_text=use_text)
@@ -378,6 +383,7 @@ _PROTOCOLS = {"task": "task-grouped k-fold (every rerun of a task held out with 
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    # Lazy: scipy takes about 0.27 s to import; only this path uses it.
     from scipy.stats import spearmanr
 
     if np.ptp(a) == 0 or np.ptp(b) == 0:
@@ -400,7 +406,10 @@ def evaluate(workload: Workload, folds: int = DEFAULT_FOLDS, seed: int = DEFAULT
     the residuals of the *other* folds (cross-conformal), and its coverage and
     over/under-shoot are reported.
     """
+    # Lazy: basin.predict.calibrated imports this module (an import circle).
     from basin.predict.calibrated import KINDS, check_level, conformal_offsets, reservation_figures
+
+    # Lazy: this import loads scikit-learn (1154 modules); only this path uses it.
     from basin.predict.models import model_kind
 
     _check_folds(folds, seed)
@@ -480,6 +489,7 @@ class RidgePeakPredictor:
     @classmethod
     def fit(cls, workload: Workload, folds: int = DEFAULT_FOLDS, seed: int = DEFAULT_SEED) -> RidgePeakPredictor:
         """Fit the cross-fitted fold models and the all-data model of ``workload``."""
+        # Lazy: this import loads scikit-learn (1001 modules); only this path uses it.
         from basin.predict.ridge import fit_model
 
         _check_folds(folds, seed)
@@ -531,6 +541,7 @@ class RidgePeakPredictor:
             if len(self._text_part) >= 100_000:
                 self._text_part.clear()
             part = self._text_part[key] = float(model.predict([(task_text, 0)])[0])
+        # Lazy: this import loads scikit-learn (1001 modules); only this path uses it.
         from basin.predict.ridge import PROMPT_COLUMN
 
         slope = float(model.named_steps["ridge"].coef_free_[PROMPT_COLUMN])
@@ -541,6 +552,7 @@ class RidgePeakPredictor:
 
     def save(self, path: str | Path) -> Path:
         """Write the predictor with joblib (atomically: a temporary file, then a rename)."""
+        # Lazy: joblib takes about 70 ms to import; only this path uses it.
         import joblib
 
         path = Path(path)
@@ -554,6 +566,7 @@ class RidgePeakPredictor:
     @classmethod
     def load(cls, path: str | Path) -> RidgePeakPredictor:
         """Read a predictor written by :meth:`save` (``basin predict fit``)."""
+        # Lazy: joblib takes about 70 ms to import; only this path uses it.
         import joblib
 
         path = Path(path)
@@ -618,6 +631,7 @@ class TabulatedRidge:
 
     @classmethod
     def of(cls, predictor: RidgePeakPredictor, sessions: Sequence[Session], model_path: Path) -> TabulatedRidge:
+        # Lazy: this import loads scikit-learn (1001 modules); only this path uses it.
         from basin.predict.ridge import PROMPT_COLUMN
 
         parts: dict[tuple[int, str | None], float] = {}
@@ -667,9 +681,6 @@ def ridge_for_workload(workload_name: str) -> TabulatedRidge:
     synthetic preset's default draw, seed 0). A fitted model is saved to
     :func:`default_model_path`; an unwritable cache only costs a warning.
     """
-    from basin import diskcache
-    from basin.workload.presets import resolve_workload
-
     p = Path(workload_name)
     key = (workload_name, p.stat().st_mtime_ns if p.is_file() else None)
     if key in _RIDGE_MEMO:
@@ -690,6 +701,7 @@ def ridge_for_workload(workload_name: str) -> TabulatedRidge:
 
 
 def _sklearn_version() -> str:
+    # Lazy: importlib.metadata takes about 25 ms to import; only this path uses it.
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -764,6 +776,7 @@ def make_predictor(spec: str, workload_name: str | None = None) -> PeakPredictor
         if not workload_name:
             raise BasinInputError(f"{where(field='workload')}: the '{kind}' predictor is fitted per workload "
                                   "and none was named; pass the workload (preset name or file)")
+        # Lazy: basin.predict.calibrated imports this module (an import circle).
         from basin.predict.calibrated import calibrated_for_workload
 
         return calibrated_for_workload(workload_name, kind, level)

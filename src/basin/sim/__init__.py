@@ -12,6 +12,8 @@ from __future__ import annotations
 def compiled() -> bool:
     """Whether this process runs the compiled modules (the simulator's and
     the policy driver, built together)."""
+    # Lazy: at package import these would load the compiled modules (and the
+    # policy package) with every basin.sim submodule, basin.sim.streams too.
     from basin.policy import driver
     from basin.sim import cache
 

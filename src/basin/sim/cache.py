@@ -267,7 +267,7 @@ class RadixCache:
                 d, dm = node, matched
                 while not d.on_device:
                     dm -= d.length
-                    d = d.parent  # type: ignore[assignment]
+                    d = d.parent  # type: ignore[assignment]  # the root is on device
                 device_node, device_matched, device_piece = d, dm, -1
         for i in range(first, len(key)):
             chunk, n = key[i]
@@ -327,7 +327,7 @@ class RadixCache:
                 # The node began its piece: its parent ends the previous
                 # one (keys hold no empty pieces).
                 last_piece -= 1
-            node = node.parent  # type: ignore[assignment]
+            node = node.parent  # type: ignore[assignment]  # the loop stops at the root
         if matched > target:
             node = self._split(node, node.length - (matched - target))
             matched = target
@@ -450,7 +450,7 @@ class RadixCache:
             if node.on_device:
                 break
             chain.append(node)
-            node = node.parent  # type: ignore[assignment]
+            node = node.parent  # type: ignore[assignment]  # stops at the device node
         loaded = 0
         for node in chain:
             node.on_device = True
@@ -546,7 +546,7 @@ class RadixCache:
         path: list[_Node] = []
         while node is not self.root and not node.on_host:
             path.append(node)
-            node = node.parent  # type: ignore[assignment]
+            node = node.parent  # type: ignore[assignment]  # the loop stops at the root
         need = sum(n.length for n in path)
         if need == 0:
             return

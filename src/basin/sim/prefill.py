@@ -341,5 +341,5 @@ def _host_part_loaded(m: MatchResult) -> bool:
         return False
     node = m.last_node
     while node.parent is not m.device_node:
-        node = node.parent  # type: ignore[assignment]
+        node = node.parent  # type: ignore[assignment]  # stops below the device node
     return node.on_device

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 
@@ -19,6 +19,10 @@ from basin.sim.sessions import SessionState
 
 #: The order of a row of :attr:`Recorder.calls`: the simulator's calls columns.
 CALL_COLUMNS: Final = SIM_CALLS.names
+#: One finished call, in :data:`CALL_COLUMNS` order: the session's key, its
+#: tag, the call's index, five times (s), eight token and step counts, and
+#: the indices of its prefill and decode instances.
+CallRow = tuple[int, str, int, float, float, float, float, float, int, int, int, int, int, int, int, int, int, int]
 
 
 def median(values: list[float]) -> float:
@@ -43,7 +47,7 @@ PrefillTotals = tuple[int, int, int, int]
 
 class Recorder:
     def __init__(self) -> None:
-        self.calls: list[tuple] = []
+        self.calls: list[CallRow] = []
         self.minutes: list[dict[str, float]] = []
         # running sums for the current minute
         self._arrivals = 0
@@ -89,7 +93,7 @@ class Recorder:
         return (totals[1] - base[1] + totals[2] - base[2] + self._prev_hit) / prompt
 
     # ------------------------------------------------------------ per minute
-    def close_minute(self, minute: int, gauges: Mapping[str, float], active_by_tag: Counter,
+    def close_minute(self, minute: int, gauges: Mapping[str, float], active_by_tag: Counter[str],
                      totals: PrefillTotals) -> None:
         """Close minute ``minute``; the engine's prefill totals are ``totals`` now."""
         base = self._base
@@ -120,7 +124,7 @@ class Recorder:
 
     # ---------------------------------------------------------------- tables
     def calls_table(self) -> dict[str, np.ndarray]:
-        cols: list[Sequence[Any]] = list(zip(*self.calls)) if self.calls else [[] for _ in CALL_COLUMNS]
+        cols: list[Sequence[object]] = list(zip(*self.calls)) if self.calls else [[] for _ in CALL_COLUMNS]
         return SIM_CALLS.build(dict(zip(CALL_COLUMNS, cols)))
 
     def timeseries_table(self) -> dict[str, np.ndarray]:

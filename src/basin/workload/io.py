@@ -41,6 +41,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from basin import diskcache
 from basin.errors import BasinInputError, where
 from basin.workload.records import Call, CallColumns, RecordError, Session, Workload, bulk_sessions
 
@@ -210,7 +213,6 @@ def read_workload(path: str | Path) -> Workload:
     # Every run of a sweep or compare reads the file again in its own process:
     # the checked records are kept on disk under the file's content (and the
     # reader's code), so only the first read parses.
-    from basin import diskcache
 
     key = diskcache.make_key("workload-file", hashlib.sha256(data).hexdigest(), str(path), _reader_digest())
     return diskcache.cached(READ_CACHE, key, lambda: reader(path))
@@ -226,8 +228,6 @@ CACHE_MIN_BYTES = 1 << 20
 @functools.cache
 def _reader_digest() -> str:
     """Digest of the code that turns a file into records."""
-    from basin import diskcache
-
     here = Path(__file__).parent
     return diskcache.source_digest([here / "io.py", here / "records.py"])
 
@@ -297,6 +297,7 @@ def _read_jsonl(path: Path) -> Workload:
 
 
 def _jsonl_schema() -> Any:
+    # Lazy: pyarrow takes 60-70 ms to import; only this path uses it.
     import pyarrow as pa
 
     call = pa.struct([("prompt_tokens", pa.int64()), ("new_tokens", pa.int64()), ("output_tokens", pa.int64()),
@@ -342,7 +343,7 @@ def _read_jsonl_columnar(path: Path) -> Workload | None:
     if split is None or not split[1] or split[1].isspace():
         return None
     header, body = split
-    import numpy as np
+    # Lazy: pyarrow takes 60-70 ms to import; only this path uses it.
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.json as pa_json
@@ -494,6 +495,7 @@ def _session(session_id: object, calls: list[Call], task_text: object, tags: obj
 
 
 def _write_parquet(w: Workload, path: Path) -> None:
+    # Lazy: pyarrow takes 60-70 ms to import; only this path uses it.
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -534,6 +536,7 @@ def _write_parquet(w: Workload, path: Path) -> None:
 
 
 def _column_kind_ok(name: str, typ: Any) -> bool:
+    # Lazy: pyarrow takes 60-70 ms to import; only this path uses it.
     import pyarrow.types as pt
 
     nullable = name in ("block_hashes", "task_text", "prefix_group", "start_s")
@@ -560,6 +563,7 @@ _EXPECTED_COLUMN_TYPE = {
 
 
 def _read_parquet(path: Path) -> Workload:
+    # Lazy: pyarrow takes 60-70 ms to import; only this path uses it.
     import pyarrow as pa
     import pyarrow.parquet as pq
 

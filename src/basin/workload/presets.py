@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from basin.errors import BasinInputError
+from basin.workload.agent_tables import AGENT_TABLES, load_agent_table
 from basin.workload.io import SESSION_START_KEY, WORKLOAD_SUFFIXES, read_workload, workload_suffix
 from basin.workload.mooncake import MOONCAKE_TRACES, load_mooncake_workload
 from basin.workload.records import Workload
@@ -44,7 +45,7 @@ class PresetInfo:
 
 def list_presets() -> list[PresetInfo]:
     """All presets: real tables, then synthetic generators, then traces."""
-    from basin.workload.agent_tables import AGENT_TABLES
+    # Lazy: this import loads pydantic (48 modules); only this path uses it.
     from basin.workload.synthetic import SYNTHETIC_PRESETS
 
     presets = [PresetInfo(name, "real", AGENT_TABLES[name].description, n)
@@ -59,8 +60,6 @@ def list_presets() -> list[PresetInfo]:
 @functools.cache
 def _fixed_workload(name: str) -> Workload:
     if name in _REAL_SESSIONS:
-        from basin.workload.agent_tables import load_agent_table
-
         return load_agent_table(name)
     return load_mooncake_workload(name)
 
@@ -78,6 +77,7 @@ def resolve_workload(spec: str, seed: int = 0, n_sessions: int | None = None) ->
     elif workload_suffix(spec) is not None or Path(spec).exists():
         w = read_workload(spec)
     else:
+        # Lazy: this import loads pydantic (48 modules); only this path uses it.
         from basin.workload.synthetic import SYNTHETIC_PRESETS, synthesize
 
         if spec not in SYNTHETIC_PRESETS:
