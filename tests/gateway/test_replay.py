@@ -197,3 +197,52 @@ def test_a_groups_shared_prefix_is_one_system_message_every_session_of_the_group
     assert a[1]["content"].startswith("fix the parser") and a[1] != b[1]
     ka, kb = parse_chat({"messages": a}).key, parse_chat({"messages": b}).key
     assert ka[0] == kb[0] and ka[0][1] == 120 and sum(n for _, n in ka) == 400
+
+
+@pytest.mark.parametrize("chars_per_token", [4, 6])
+def test_the_replay_measures_the_text_density_the_target_counts(monkeypatch, chars_per_token):
+    """Prompts are sized as tokens x characters a token; the density is the
+    target's own (a BPE here counted 26% fewer tokens than 4.0 gives)."""
+    import tests.support.fake_upstream as fake_module
+
+    from basin.gateway.replay import measure_chars_per_token
+
+    monkeypatch.setattr(fake_module, "count_tokens", lambda text: max(1, len(text) // chars_per_token))
+
+    async def go() -> float:
+        fake = FakeUpstream(FakeUpstreamConfig(completion_tokens=1))
+        url = await fake.start()
+        try:
+            return await measure_chars_per_token(ReplaySettings(target=url))
+        finally:
+            await fake.stop()
+
+    assert asyncio.run(go()) == pytest.approx(chars_per_token, rel=0.01)
+
+
+def test_a_target_without_usage_or_a_bad_density_is_refused_by_name(capsys, tmp_path):
+    from aiohttp import web
+
+    from basin.gateway.replay import measure_chars_per_token
+    from cli_helpers import run_basin
+
+    async def no_usage() -> None:
+        app = web.Application()
+        async def answer(request: web.Request) -> web.Response:
+            return web.Response(text="data: {}\n\ndata: [DONE]\n\n")
+        app.router.add_post("/v1/chat/completions", answer)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            await measure_chars_per_token(ReplaySettings(target=f"http://127.0.0.1:{port}"))
+        finally:
+            await runner.cleanup()
+
+    with pytest.raises(BasinInputError, match="usage.prompt_tokens; give --chars-per-token"):
+        asyncio.run(no_usage())
+    code, _, err = run_basin(capsys, "replay", "terminal-bench", "--target", "http://127.0.0.1:9",
+                             "--chars-per-token", "0", "--out", str(tmp_path))
+    assert code == 2 and "--chars-per-token: expected a number > 0" in err

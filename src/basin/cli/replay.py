@@ -44,6 +44,9 @@ def replay(
                                       "for a small local engine)."),
     time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply tool gaps."),
     model: str = typer.Option("default", "--model", help="Model name sent in each call."),
+    chars_per_token: Optional[float] = typer.Option(None, "--chars-per-token", help="Characters of filler text "
+                                                    "per token the target counts (default: measured with two "
+                                                    "probe calls before the run)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the arrivals, the session draw and the text "
                                        "(default 0, or the scenario's)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Directory for the tables and summary (default "
@@ -62,6 +65,9 @@ def replay(
     from basin.errors import BasinInputError
 
     check_out_dir(out)
+    if chars_per_token is not None and not (math.isfinite(chars_per_token) and chars_per_token > 0):
+        raise BasinInputError(f"--chars-per-token: expected a number > 0, got {chars_per_token:g} (or leave it "
+                              "out to measure it on the target)")
     if scenario is not None:
         if workload is not None:
             raise BasinInputError(f"give a workload or --scenario, not both (the scenario names its workload; "
@@ -72,7 +78,8 @@ def replay(
             if value != default:
                 raise BasinInputError(f"{flag}: a scenario sets its own arrivals and sizes; change them with "
                                       "--set (e.g. --set arrivals.base_per_min=6 or --set duration_min=30)")
-        _scenario_replay(scenario, list(set_ or []), target, speed, system, model, seed, out, as_json)
+        _scenario_replay(scenario, list(set_ or []), target, speed, system, model, seed, out, as_json,
+                         chars_per_token)
         return
     if workload is None:
         raise BasinInputError("give a workload (e.g. terminal-bench) or --scenario NAME")
@@ -82,12 +89,12 @@ def replay(
         raise BasinInputError("--speed compresses a scenario's time: give --scenario NAME with it "
                               "(with a workload, use --time-scale for tool gaps)")
     _workload_replay(workload, target, rate, duration_s, sessions, token_scale, time_scale, model,
-                     0 if seed is None else seed, out or Path("results/replay"), as_json)
+                     0 if seed is None else seed, out or Path("results/replay"), as_json, chars_per_token)
 
 
 def _workload_replay(workload: str, target: str, rate: float, duration_s: float, sessions: int | None,
                      token_scale: float, time_scale: float, model: str, seed: int, out: Path,
-                     as_json: bool) -> None:
+                     as_json: bool, chars_per_token: float | None = None) -> None:
     from basin.errors import BasinInputError
     from basin.gateway.replay import ReplayLog, ReplaySettings, check_target, schedule_sessions, write_calls
     from basin.jsonvalues import json_values
@@ -100,6 +107,7 @@ def _workload_replay(workload: str, target: str, rate: float, duration_s: float,
     if not arrivals:
         raise BasinInputError(f"no session arrives in {duration_s:g} s at {rate:g}/min; raise --rate or --duration-s")
     eventloop.run(check_target(target))
+    cfg, _ = _text_density(cfg, chars_per_token)
     log = ReplayLog()
     try:
         _, summary = _run(arrivals, cfg, log, None, (), as_json)
@@ -112,7 +120,8 @@ def _workload_replay(workload: str, target: str, rate: float, duration_s: float,
     plain = json_values(asdict(summary))
     errors = dict(log.errors)
     (out / "summary.json").write_text(json.dumps({**plain, "workload": workload, "target": target,
-                                                  "errors": errors}, indent=2))
+                                                  "chars_per_token": cfg.chars_per_token, "errors": errors},
+                                                 indent=2))
     if as_json:
         print(json.dumps({**plain, "errors": errors}))
         return
@@ -167,8 +176,22 @@ def scenario_plan(sc: Scenario) -> tuple[list[SessionArrival], tuple[Termination
     return arrivals, stops
 
 
+def _text_density(cfg: ReplaySettings, given: float | None) -> tuple[ReplaySettings, str]:
+    """The settings with the filler text's characters per token: given, or measured on the target."""
+    from dataclasses import replace
+
+    from basin.gateway.replay import measure_chars_per_token
+
+    if given is not None:
+        return replace(cfg, chars_per_token=given), f"chars_per_token {given:g} (--chars-per-token)"
+    measured = eventloop.run(measure_chars_per_token(cfg))
+    _err.print(f"the target counts {measured:.2f} characters of filler text a token (two probe calls)",
+               highlight=False)
+    return replace(cfg, chars_per_token=measured), f"chars_per_token {measured:.3f} (measured: two probe calls)"
+
+
 def _scenario_replay(name: str, overrides: list[str], target: str, speed: float, system: str, model: str,
-                     seed: int | None, out: Path | None, as_json: bool) -> None:
+                     seed: int | None, out: Path | None, as_json: bool, chars_per_token: float | None = None) -> None:
     from basin.catalog import cache_capacity, load_hardware
     from basin.errors import BasinInputError
     from basin.experiments.runner import deployment_for
@@ -188,6 +211,7 @@ def _scenario_replay(name: str, overrides: list[str], target: str, speed: float,
     cfg = ReplaySettings(target=target, model=model, seed=sc.seed, speed=speed, stop_after_s=duration_s,
                          duration_s=duration_s, itl_slo_s=hardware.itl_slo_s)
     eventloop.run(check_target(target))
+    cfg, density = _text_density(cfg, chars_per_token)
     out_dir = (out or Path("results/replay") / sc.name) / system
     capacity = float(cache_capacity(dep, hardware).gpu_tokens)
     _err.print(f"replaying {len(arrivals)} sessions of {sc.name} against {target} at {speed:g}x: "
@@ -198,14 +222,15 @@ def _scenario_replay(name: str, overrides: list[str], target: str, speed: float,
     except KeyboardInterrupt:
         log.interrupted = True
     finally:
-        summary = _write_scenario_run(out_dir, log, sc, system, target, speed, capacity, hardware.itl_slo_s)
+        summary = _write_scenario_run(out_dir, log, sc, system, target, speed, capacity, hardware.itl_slo_s,
+                                      density)
     _report(summary, log, out_dir, as_json)
     if log.interrupted:
         sys.exit(130)
 
 
 def _write_scenario_run(out_dir: Path, log: ReplayLog, sc: Scenario, system: str, target: str, speed: float,
-                        capacity: float, itl_slo_s: float) -> Any:
+                        capacity: float, itl_slo_s: float, text_density: str = "") -> Any:
     """Write what was measured, however the run ended: the three tables, the
     summary over the time it lasted, and replay.json (target, speed, errors)."""
     from basin.experiments.runner import command_line
@@ -228,6 +253,7 @@ def _write_scenario_run(out_dir: Path, log: ReplayLog, sc: Scenario, system: str
     meta = {"scenario": scenario_dict(sc), "system": system, "target": target, "speed": speed,
             "command": command_line(), "complete": not log.interrupted and lasted >= full - 1e-6,
             "interrupted": log.interrupted, "lasted_s": lasted, "errors": dict(log.errors), "notes": log.notes,
+            "text_density": text_density,
             "sessions_arrived": len(log.sessions), "calls": len(log.calls)}
     (out_dir / "replay.json").write_text(json.dumps(meta, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     return summary

@@ -441,6 +441,8 @@ async def _calls(client: aiohttp.ClientSession, cfg: ReplaySettings, arrival: Se
         result = await _call(client, cfg, record, arrival.start_call + k, conversation.messages_json(), max_tokens,
                              k == len(calls) - 1, clock, log)
         record.unanswered = False
+        if result.prompt_tokens > 0:  # the engine's own count: the next call grows from it, template included
+            conversation.tokens = result.prompt_tokens
         log.calls.append(result)
         if result.error:
             log.errors[result.error] += 1
@@ -676,6 +678,52 @@ async def check_target(target: str, timeout_s: float = 5.0) -> None:
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         raise BasinInputError(f"--target {target}: {error_kind(exc)} at {parts.hostname}:{parts.port or 80}; "
                               "start the gateway or engine there first, or point --target at it") from None
+
+
+#: The two probe texts' lengths: long enough that a chat template's few tokens
+#: and a word cut at the end are small beside their difference.
+_PROBE_CHARS = (1_000, 8_000)
+
+
+async def measure_chars_per_token(cfg: ReplaySettings, timeout_s: float = 120.0) -> float:
+    """Characters of the replay's own filler text per token, as the target counts them.
+
+    The replay sizes each prompt as tokens x ``chars_per_token``; a tokenizer
+    that packs the filler words more or less densely than assumed would get
+    prompts of another size than the workload's (a 270-word-vocabulary BPE
+    counted 26% fewer tokens than 4.0 characters a token gives). Two one-token
+    calls of the same filler text at two lengths, each as a session of its own
+    that ends at once; the slope of their counted prompt tokens leaves the chat
+    template out.
+    """
+    counted = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as client:
+        for i, chars in enumerate(_PROBE_CHARS):
+            text = _words(random.Random(f"probe/{cfg.seed}/{i}"), chars)
+            body = call_body(cfg.model, json.dumps([{"role": "user", "content": text}]).encode(), 1)
+            headers = {"Content-Type": "application/json", cfg.session_header: f"replay-probe-{cfg.seed}-{i}",
+                       cfg.end_header: "true"}
+            try:
+                async with client.post(cfg.target.rstrip("/") + "/v1/chat/completions", data=body,
+                                       headers=headers) as resp:
+                    answer = await resp.read()
+                    if resp.status != 200:
+                        raise BasinInputError(f"--target {cfg.target}: a probe call to count the filler text's "
+                                              f"tokens got HTTP {resp.status}: {answer[:200]!r}; give "
+                                              "--chars-per-token to skip the probe")
+                usage = usage_from_stream_tail(answer[-_TAIL_BYTES:])
+                if usage is None or not usage.prompt_tokens:
+                    raise BasinInputError(f"--target {cfg.target}: its answer to a probe call carries no "
+                                          "usage.prompt_tokens; give --chars-per-token to skip the probe")
+                counted.append(int(usage.prompt_tokens))
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise BasinInputError(f"--target {cfg.target}: a probe call failed ({error_kind(exc)}); give "
+                                      "--chars-per-token to skip the probe") from None
+    tokens = counted[1] - counted[0]
+    if tokens <= 0:
+        raise BasinInputError(f"--target {cfg.target}: {_PROBE_CHARS[1]:,} characters counted {counted[1]} tokens "
+                              f"and {_PROBE_CHARS[0]:,} counted {counted[0]}; give --chars-per-token")
+    return (_PROBE_CHARS[1] - _PROBE_CHARS[0]) / tokens
 
 
 # ------------------------------------------------------------- scheduling
