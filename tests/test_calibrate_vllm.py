@@ -99,11 +99,11 @@ def test_calibrate_vllm_measures_its_pool_and_writes_a_profile_basin_runs(calibr
 
 @pytest.mark.realtime
 def test_simulated_latencies_on_the_profile_match_fresh_vllm_calls(calibrated) -> None:
-    """Fresh single calls (128 to 12,000 tokens) and a batch of 8: the simulator on the
-    calibrated profile within 15% of the measured median latency (wall clock, so a busy
-    machine moves it: a realtime test)."""
+    """Fresh single calls (128 tokens up to the longest prompt calibrated) and a batch of 8:
+    the simulator on the calibrated profile within 15% of the measured median latency (wall
+    clock, so a busy machine moves it: a realtime test)."""
     server, out, (code, _, err) = calibrated
     assert code == 0, err
-    rows = _check_module().check(server.url, "vllm", str(out), [128, 1024, 4096, 12000], 8, 512, 64, 3)
+    rows = _check_module().check(server.url, "vllm", str(out), [128, 1024, 4096, MAX_PROMPT_TOKENS], 8, 512, 64, 3)
     errors = {r["case"]: round(float(r["latency_error"]), 3) for r in rows}
     assert all(abs(e) <= 0.15 for e in errors.values()), errors
