@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import json
 import os
 import signal
@@ -197,11 +198,20 @@ def run_kinds(scenario: dict) -> dict[str, RunKind]:
 
 
 def _manifest() -> dict:
-    cache = Path(os.environ.get("BASIN_CACHE_DIR", Path.home() / ".cache" / "basin-serve"))
-    path = cache / "vllm-cpu.json"
+    """The installed engine's manifest (``make engine``), refused when missing or older
+    than its definition, as the tests refuse it."""
+    spec = importlib.util.spec_from_file_location("setup_vllm", ROOT / "scripts" / "setup_vllm.py")
+    assert spec and spec.loader
+    setup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup)
+    path = setup.cache_dir() / "vllm-cpu.json"
     if not path.is_file():
         raise SystemExit(f"real_trap: {path} is missing; run `make engine` first")
-    return dict(json.loads(path.read_text()))
+    found = dict(json.loads(path.read_text()))
+    if found.get("definition_hash") != setup.current_hash():
+        raise SystemExit(f"real_trap: the vLLM install at {path} is older than profiles/engines/vllm-cpu.yaml; "
+                         "run `make engine`")
+    return found
 
 
 def _scenario(name: str, sets: list[str]) -> dict:

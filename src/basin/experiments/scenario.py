@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import types
 import typing
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -178,23 +179,16 @@ class JudgeSpec(_Model):
 
     def degradation_rule(self) -> DegradationRule:
         paper = DegradationRule()
-        return DegradationRule(
-            window_s=paper.window_s * self.time_scale,
-            max_ttft_p50_s=self.max_ttft_p50_s if self.max_ttft_p50_s is not None else paper.max_ttft_p50_s,
-            max_first_call_wait_p50_s=paper.max_first_call_wait_p50_s * self.time_scale,
-            max_never_start_share=paper.max_never_start_share,
-            never_start_grace_s=paper.never_start_grace_s * self.time_scale,
-        )
+        return replace(paper, window_s=paper.window_s * self.time_scale,
+                       max_ttft_p50_s=self.max_ttft_p50_s if self.max_ttft_p50_s is not None else paper.max_ttft_p50_s,
+                       max_first_call_wait_p50_s=paper.max_first_call_wait_p50_s * self.time_scale,
+                       never_start_grace_s=paper.never_start_grace_s * self.time_scale)
 
     def label_rule(self) -> LabelRule:
         paper = LabelRule()
-        return LabelRule(
-            min_improvement=paper.min_improvement,
-            min_hit_rate_drop=paper.min_hit_rate_drop,
-            min_end_after_trigger_s=paper.min_end_after_trigger_s * self.time_scale,
-            warmup_s=paper.warmup_s * self.time_scale,
-            min_reference_s=paper.min_reference_s * self.time_scale,
-        )
+        return replace(paper, min_end_after_trigger_s=paper.min_end_after_trigger_s * self.time_scale,
+                       warmup_s=paper.warmup_s * self.time_scale,
+                       min_reference_s=paper.min_reference_s * self.time_scale)
 
 
 class Scenario(_Model):
