@@ -32,17 +32,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 from basin.catalog import CacheCapacity, Deployment, HardwareProfile, cache_capacity
 from basin.policy.base import EngineFigures
 from basin.sim.borrow import Borrowing, attach_borrowing
 from basin.sim.cache import MatchResult, RadixCache
+from basin.sim.core import EngineCore, stopped
 from basin.sim.decode import DecodeInstance, DecodeRoom
-from basin.sim.events import ENGINE, EventLoop
+from basin.sim.events import ENGINE
 from basin.sim.invariants import InvariantViolation
 from basin.sim.lending import LendingConfig, LentMemory, LentTier
 from basin.sim.prefill import PrefillInstance
@@ -101,21 +101,7 @@ class DecodeFigures:
     lent_tokens: int
 
 
-def stopped(*_: object) -> NoReturn:
-    """What a stopped core's instances report to (see Cluster.stop)."""
-    raise RuntimeError("the engine was stopped: its run is over")
-
-
-def recent_hit_rate(recent: Iterable[tuple[int, int]]) -> float:
-    """Cached share of the prompt tokens of an instance's last calls ``(prompt, hit)`` (0 before any)."""
-    asked = hit = 0
-    for prompt, cached in recent:
-        asked += prompt
-        hit += cached
-    return hit / asked if asked else 0.0
-
-
-class Cluster:
+class Cluster(EngineCore):
     """The engine core of one deployment (see the module's docstring)."""
 
     def __init__(self, hardware: HardwareProfile, topology: PDTopology, *,
@@ -127,21 +113,18 @@ class Cluster:
         wired in now or never. ``hit_window_calls``: keep each prefill
         instance's last calls for :attr:`PrefillFigures.recent_hit_rate` (0:
         none kept, the rate reads 0)."""
-        self.hardware = hardware
-        self.topology = topology
-        self.loop = EventLoop()
-        self.on_first_token = on_first_token
-        self.on_finished = on_finished
         cap = topology.cache
         pre = hardware.prefill
+        super().__init__(hardware, [
+            RadixCache(cap.gpu_tokens_per_instance, cap.host_tokens_per_instance, hardware.page_tokens,
+                       pre.state_slots, pre.load_threshold_tokens)
+            for _ in range(topology.prefill_instances)
+        ], on_first_token=on_first_token, on_finished=on_finished, hit_window_calls=hit_window_calls)
+        self.topology = topology
         #: What the routers read of each instance (PrefillInstance.loads, DecodeRoom).
         self.prefill_loads = [0] * topology.prefill_instances
-        self.prefills = [
-            PrefillInstance(i, pre, RadixCache(cap.gpu_tokens_per_instance, cap.host_tokens_per_instance,
-                                               hardware.page_tokens, pre.state_slots, pre.load_threshold_tokens),
-                            self.loop, self._prefill_done, self.prefill_loads)
-            for i in range(topology.prefill_instances)
-        ]
+        self.prefills = [PrefillInstance(i, pre, cache, self.loop, self._prefill_done, self.prefill_loads)
+                         for i, cache in enumerate(self.caches)]
         self.decode_room = DecodeRoom(topology.decode_instances)
         # A finish goes straight to the owner until lending is wired in
         # (wire_lending puts the core's own handler in between).
@@ -163,7 +146,6 @@ class Cluster:
         #: The route of each session holding a lent unit (as of the call that left it).
         self._unit_routes: dict[int, Route] = {}
         self._sweep_at = 64
-        self._seq = 0
         # Read on every call: the (interpreted) profile's and topology's
         # fields held as the core's own.
         self._transfer_s: float = hardware.transfer_s
@@ -177,36 +159,13 @@ class Cluster:
         self.cached_tokens_total = 0
         self.loaded_tokens_total = 0
         self.uncached_tokens_total = 0
-        #: Each prefill instance's last calls (prompt, cache hits), when kept.
-        self._recent: list[deque[tuple[int, int]]] = (
-            [deque(maxlen=hit_window_calls) for _ in self.prefills] if hit_window_calls > 0 else [])
 
-    # ------------------------------------------------------------------ time
-    @property
-    def now(self) -> float:
-        return self.loop.now
-
-    def advance(self, sim_s: float) -> None:
-        """Run up to simulated time ``sim_s`` (never backwards)."""
-        self.loop.run(max(sim_s, self.loop.now))
-
-    @property
-    def next_due_s(self) -> float | None:
-        """When the core next has something to do (a wall-clock driver sleeps until then)."""
-        return self.loop.next_event_s
-
-    def stop(self) -> None:
-        """End the run: pending events and timers are dropped, and the
-        instances let go of the core's handlers and the core of its owner's
-        callbacks. The state stays readable; any further call raises."""
-        self.loop.discard_pending()
+    def _let_go(self) -> None:
         self.decode_room.best()  # its stale list emptied: the room keeps no instance
         for p in self.prefills:
             p.detach(stopped)
         for d in self.decodes:
             d.detach(stopped)
-        self.on_first_token = stopped
-        self.on_finished = stopped
         self._transferred_handler = stopped
         self._prefill_holds_handler = stopped
 
@@ -217,12 +176,8 @@ class Cluster:
         and token counts; ``priority`` orders it in ordered queues (lower
         first). ``route`` is what the engine keeps of the session between
         calls (a fresh one when not given: the call is on its own)."""
-        r = route if route is not None else Route(session)
-        r.take_key(key)
-        self._seq += 1
-        req = Request(session, r, call_index, key, self._seq, self.loop.now, prompt_tokens, new_tokens,
-                      output_tokens)
-        req.prio = priority
+        req = self._request(session, key, prompt_tokens, new_tokens, output_tokens, priority, route, call_index)
+        r = req.route
         prefill = choose_prefill(self._router, self.prefills, self.prefill_loads, req)
         index = prefill.index
         r.last_prefill = index
@@ -253,22 +208,7 @@ class Cluster:
         for d in self.decodes:
             d.set_ordered(on)
 
-    def preload(self, route: Route, key: list[Piece], last_touch_s: float) -> None:
-        """Cache ``key`` as the session's context at ``last_touch_s`` (a warm
-        start), on the prefill instance its uid picks."""
-        route.take_key(key)
-        home = self.prefills[route.uid % len(self.prefills)]
-        route.placed_on |= 1 << home.index
-        route.keep_cursor(home.cache, home.cache.insert(key, last_touch_s, 0))
-
     # ------------------------------------------------------------ TTL pins
-    def pin(self, req: Request) -> MatchResult:
-        """Lock the prompt of a finished call in its prefill cache; :meth:`unpin` releases it."""
-        cache = self.prefills[req.prefill].cache
-        m = cache.match(req.key, self.loop.now, req.route.cursor_for(req.key, cache), req.prompt)
-        cache.lock(m)
-        return m
-
     def unpin(self, prefill: int, pin: MatchResult) -> None:
         instance = self.prefills[prefill]
         instance.cache.unlock(pin)
@@ -298,8 +238,7 @@ class Cluster:
         prefill = self.prefills[req.prefill]
         prefill.prompt_tokens_total += req.prompt
         prefill.hit_tokens_total += hit
-        if self._recent:
-            self._recent[req.prefill].append((req.prompt, hit))
+        self._note_hit(req.prefill, req.prompt, hit)
         decode = self.decodes[req.decode]
         if not req.reserved:
             # Issued while decode memory is reserved at prefill completion
@@ -460,10 +399,6 @@ class Cluster:
     def decode_kv_tokens(self) -> int:
         return sum(d.capacity for d in self.decodes)
 
-    def cache_stats(self) -> list[dict[str, int]]:
-        """Each prefill instance's cache counters (a run's ``cache_stats``)."""
-        return [dataclasses.asdict(p.cache.stats) for p in self.prefills]
-
     def prefill_figures(self) -> list[PrefillFigures]:
         out = []
         for p in self.prefills:
@@ -474,7 +409,7 @@ class Cluster:
                 pool_used_fraction=min(1.0, (c.device_used + c.inflight) / c.device_capacity),
                 host_tokens=c.host_capacity, prompt_tokens_total=p.prompt_tokens_total,
                 cached_tokens_total=p.hit_tokens_total,
-                recent_hit_rate=recent_hit_rate(self._recent[p.index] if self._recent else ())))
+                recent_hit_rate=self.recent_hit_rate(p.index)))
         return out
 
     def decode_figures(self) -> list[DecodeFigures]:

@@ -53,9 +53,7 @@ counters leave out the recomputation after a preemption).
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
@@ -63,7 +61,8 @@ from heapq import heapify, heappop, heappush
 from basin.catalog import DecodeProfile, Deployment, HardwareProfile, PrefillProfile
 from basin.policy.base import EngineFigures
 from basin.sim.cache import MatchResult, RadixCache
-from basin.sim.cluster import DecodeFigures, PrefillFigures, recent_hit_rate, stopped
+from basin.sim.cluster import DecodeFigures, PrefillFigures
+from basin.sim.core import EngineCore, stopped
 from basin.sim.costs import DecodeCosts, PrefillCosts
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.invariants import InvariantViolation, RequestNeverFits, require
@@ -110,6 +109,14 @@ class ColocatedInstance:
         #: A decode step longer than this counts as an ITL violation for each request it decodes.
         self.itl_slo_s = itl_slo_s
         self.last_step_s = 0.0
+
+    def detach(self, handler: Callable[..., None]) -> None:
+        """Let go of the owner's handlers (``handler`` replaces both) and of
+        the one bound to itself: the end of a run, after which nothing may
+        be due here."""
+        self.on_first_token = handler
+        self.on_finished = handler
+        self._end_step_handler = handler
 
     # ----------------------------------------------------------------- calls
     def submit(self, req: Request) -> None:
@@ -158,7 +165,11 @@ class ColocatedInstance:
         chunks: list[tuple[Request, int]] = []
         preempted = False
         for req in list(self.running):
-            if req.match is None:  # preempted earlier in this step
+            # Preempted earlier in this step. (Read into a name: a narrowed
+            # ``req.match`` would stay narrowed past ``_grow`` below, which
+            # may clear it, and the compiled build checks narrowed reads.)
+            held = req.match
+            if held is None:
                 continue
             if budget <= 0:
                 break
@@ -397,7 +408,7 @@ class ColocatedTopology:
         return cls(deployment.prefill_instances, hardware.prefill.prefix_cache_tokens)
 
 
-class ColocatedCluster:
+class ColocatedCluster(EngineCore):
     """The engine core (:class:`basin.sim.cluster.Cluster`'s calls) over
     colocated servers. What PD needs an engine change for is how a colocated
     server works anyway: no decode memory is reserved ahead, idle KV is the
@@ -408,53 +419,31 @@ class ColocatedCluster:
     def __init__(self, hardware: HardwareProfile, topology: ColocatedTopology, *,
                  on_first_token: Callable[[Request], None], on_finished: Callable[[Request], None],
                  hit_window_calls: int = 0):
-        self.hardware = hardware
+        super().__init__(hardware, [RadixCache(topology.pool_tokens, 0, hardware.page_tokens)
+                                    for _ in range(topology.instances)],
+                         on_first_token=on_first_token, on_finished=on_finished, hit_window_calls=hit_window_calls)
         self.topology = topology
-        self.loop = EventLoop()
-        self.on_first_token = on_first_token
-        self.on_finished = on_finished
         self.instances = [
-            ColocatedInstance(i, hardware.prefill, hardware.decode,
-                              RadixCache(topology.pool_tokens, 0, hardware.page_tokens), self.loop,
-                              self._first_token, self._finished, itl_slo_s=hardware.itl_slo_s)
-            for i in range(topology.instances)
+            ColocatedInstance(i, hardware.prefill, hardware.decode, cache, self.loop, self._first_token,
+                              self._finished, itl_slo_s=hardware.itl_slo_s)
+            for i, cache in enumerate(self.caches)
         ]
         self.reserve_at_completion = True
-        self.lent_tier = None
+        self.lent_tier: None = None
         self.lending_on = False
         self.lend_cap_fraction = 0.0
-        self._seq = 0
-        self._recent: list[deque[tuple[int, int]]] = (
-            [deque(maxlen=hit_window_calls) for _ in self.instances] if hit_window_calls > 0 else [])
 
-    # ------------------------------------------------------------------ time
-    @property
-    def now(self) -> float:
-        return self.loop.now
-
-    def advance(self, sim_s: float) -> None:
-        self.loop.run(max(sim_s, self.loop.now))
-
-    @property
-    def next_due_s(self) -> float | None:
-        return self.loop.next_event_s
-
-    def stop(self) -> None:
-        self.loop.discard_pending()
+    def _let_go(self) -> None:
         for inst in self.instances:
-            inst.on_first_token = inst.on_finished = stopped
-        self.on_first_token = self.on_finished = stopped
+            inst.detach(stopped)
 
     # ----------------------------------------------------------------- calls
     def submit(self, session: int, key: list[Piece], prompt_tokens: int, new_tokens: int, output_tokens: int,
                priority: float | None, *, route: Route | None = None, call_index: int = 0) -> Request:
-        if route is None:
-            route = Route(session)
-        route.take_key(key)
-        self._seq += 1
-        req = Request(session, route, call_index, key, self._seq, self.loop.now, prompt_tokens, new_tokens,
-                      output_tokens)
-        req.prio = priority
+        """As :meth:`basin.sim.cluster.Cluster.submit`: the call goes to its
+        session's server, a session's first to the least loaded."""
+        req = self._request(session, key, prompt_tokens, new_tokens, output_tokens, priority, route, call_index)
+        route = req.route
         home = route.last_prefill
         if home < 0:
             home = min(range(len(self.instances)),
@@ -471,19 +460,11 @@ class ColocatedCluster:
         for inst in self.instances:
             inst.set_ordered(on)
 
-    def preload(self, route: Route, key: list[Piece], last_touch_s: float) -> None:
-        """A warm start: ``key`` cached on the session's server."""
-        route.take_key(key)
-        home = self.instances[route.uid % len(self.instances)]
-        route.last_prefill = home.index
-        route.placed_on |= 1 << home.index
-        route.keep_cursor(home.cache, home.cache.insert(key, last_touch_s, 0))
-
-    def pin(self, req: Request) -> MatchResult:
-        cache = self.instances[req.prefill].cache
-        m = cache.match(req.key, self.loop.now, req.route.cursor_for(req.key, cache), req.prompt)
-        cache.lock(m)
-        return m
+    def preload(self, route: Route, key: list[Piece], last_touch_s: float) -> int:
+        """A warm start, whose server is then the session's."""
+        home = super().preload(route, key, last_touch_s)
+        route.last_prefill = home
+        return home
 
     def unpin(self, instance: int, pin: MatchResult) -> None:
         inst = self.instances[instance]
@@ -509,8 +490,7 @@ class ColocatedCluster:
         return None
 
     def _first_token(self, req: Request) -> None:
-        if self._recent:
-            self._recent[req.prefill].append((req.prompt, req.cached))
+        self._note_hit(req.prefill, req.prompt, req.cached)
         self.on_first_token(req)
 
     def _finished(self, req: Request) -> None:
@@ -573,7 +553,7 @@ class ColocatedCluster:
                 pool_tokens=i.cache.device_capacity,
                 pool_used_fraction=min(1.0, i.held_tokens / i.cache.device_capacity),
                 host_tokens=0, prompt_tokens_total=i.prompt_tokens_total, cached_tokens_total=i.cached_tokens_total,
-                recent_hit_rate=recent_hit_rate(self._recent[i.index] if self._recent else ())))
+                recent_hit_rate=self.recent_hit_rate(i.index)))
         return out
 
     def decode_figures(self) -> list[DecodeFigures]:
@@ -583,10 +563,6 @@ class ColocatedCluster:
                               kv_tokens=i.cache.device_capacity,
                               kv_used_fraction=min(1.0, i.held_tokens / i.cache.device_capacity), lent_tokens=0)
                 for i in self.instances]
-
-    def cache_stats(self) -> list[dict[str, int]]:
-        """Each server's pool counters (a run's ``cache_stats``)."""
-        return [dataclasses.asdict(i.cache.stats) for i in self.instances]
 
     def generated_tokens(self, req: Request) -> int:
         if not math.isnan(req.finished_s):
