@@ -73,7 +73,10 @@ def _part_instructions(path: Path) -> int:
 
 def count(case: Case, src: Path | None, out_dir: Path) -> dict[str, float]:
     """Loop instructions and calls of the case's second run in one process."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    # A fixed string hash: dictionary and attribute-cache lookups then probe
+    # the same slots in every process (with random hashes a count moves by
+    # a few tenths of a percent from process to process).
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONHASHSEED="0")
     if src is not None:
         env["PYTHONPATH"] = str(src)
     stem = out_dir / re.sub(r"[^A-Za-z0-9]+", "-", case.name)

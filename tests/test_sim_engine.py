@@ -449,4 +449,6 @@ def test_a_finished_simulator_refuses_to_go_on():
         sim.driver.host.admitted(1)
     with pytest.raises(RuntimeError, match="stopped"):
         sim.cluster.decodes[0].on_finished(sim.sessions[0].request(0, [], 1, 0.0))
+    with pytest.raises(RuntimeError, match="stopped"):
+        sim.cluster.listener.finished(sim.sessions[0].request(0, [], 1, 0.0))
     assert sim.loop.pending == 0

@@ -40,7 +40,7 @@ from basin.catalog import CacheCapacity, Deployment, HardwareProfile, cache_capa
 from basin.policy.base import EngineFigures
 from basin.sim.borrow import Borrowing, attach_borrowing
 from basin.sim.cache import MatchResult, RadixCache
-from basin.sim.core import EngineCore, stopped
+from basin.sim.core import CallListener, EngineCore, stopped
 from basin.sim.decode import DecodeInstance, DecodeRoom
 from basin.sim.events import ENGINE
 from basin.sim.invariants import InvariantViolation
@@ -104,8 +104,7 @@ class DecodeFigures:
 class Cluster(EngineCore):
     """The engine core of one deployment (see the module's docstring)."""
 
-    def __init__(self, hardware: HardwareProfile, topology: PDTopology, *,
-                 on_first_token: Callable[[Request], None], on_finished: Callable[[Request], None],
+    def __init__(self, hardware: HardwareProfile, topology: PDTopology, listener: CallListener, *,
                  borrowing: Mapping[str, Any] | None = None, reserve_at_prefill_completion: bool = False,
                  hit_window_calls: int = 0):
         """``borrowing``: decode instances run prefill chunks under an ITL
@@ -119,7 +118,7 @@ class Cluster(EngineCore):
             RadixCache(cap.gpu_tokens_per_instance, cap.host_tokens_per_instance, hardware.page_tokens,
                        pre.state_slots, pre.load_threshold_tokens)
             for _ in range(topology.prefill_instances)
-        ], on_first_token=on_first_token, on_finished=on_finished, hit_window_calls=hit_window_calls)
+        ], listener, hit_window_calls)
         self.topology = topology
         #: What the routers read of each instance (PrefillInstance.loads, DecodeRoom).
         self.prefill_loads = [0] * topology.prefill_instances
@@ -130,7 +129,7 @@ class Cluster(EngineCore):
         # (wire_lending puts the core's own handler in between).
         self.decodes = [
             DecodeInstance(i, hardware.decode, hardware.itl_slo_s, self.loop, self._decode_reserved,
-                           on_finished, self.decode_room)
+                           listener.finished, self.decode_room)
             for i in range(topology.decode_instances)
         ]
         self.borrowing: Borrowing | None = None
@@ -256,13 +255,13 @@ class Cluster(EngineCore):
         if math.isnan(req.first_token_s):
             req.first_token_s = now
             self.prefills[req.prefill].release(req, now)
-            self.on_first_token(req)
+            self.listener.first_token(req)
         decode.join(req)
 
     def _lent_finish(self, req: Request) -> None:
         """A finish while lending is wired in: the prompt may be lent first."""
         self._lend(req)
-        self.on_finished(req)
+        self.listener.finished(req)
 
     # -------------------------------------------------------------- lending
     def wire_lending(self, cap_fraction: float) -> None:

@@ -62,7 +62,7 @@ from basin.catalog import DecodeProfile, Deployment, HardwareProfile, PrefillPro
 from basin.policy.base import EngineFigures
 from basin.sim.cache import MatchResult, RadixCache
 from basin.sim.cluster import DecodeFigures, PrefillFigures
-from basin.sim.core import EngineCore, stopped
+from basin.sim.core import CallListener, EngineCore, stopped
 from basin.sim.costs import DecodeCosts, PrefillCosts
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.invariants import InvariantViolation, RequestNeverFits, require
@@ -416,16 +416,15 @@ class ColocatedCluster(EngineCore):
     reservation at prefill completion and prefill borrowing are accepted and
     change nothing."""
 
-    def __init__(self, hardware: HardwareProfile, topology: ColocatedTopology, *,
-                 on_first_token: Callable[[Request], None], on_finished: Callable[[Request], None],
+    def __init__(self, hardware: HardwareProfile, topology: ColocatedTopology, listener: CallListener, *,
                  hit_window_calls: int = 0):
         super().__init__(hardware, [RadixCache(topology.pool_tokens, 0, hardware.page_tokens)
-                                    for _ in range(topology.instances)],
-                         on_first_token=on_first_token, on_finished=on_finished, hit_window_calls=hit_window_calls)
+                                    for _ in range(topology.instances)], listener, hit_window_calls)
         self.topology = topology
+        # A finish goes straight to the owner; a first token passes the hit window first.
         self.instances = [
             ColocatedInstance(i, hardware.prefill, hardware.decode, cache, self.loop, self._first_token,
-                              self._finished, itl_slo_s=hardware.itl_slo_s)
+                              listener.finished, itl_slo_s=hardware.itl_slo_s)
             for i, cache in enumerate(self.caches)
         ]
         self.reserve_at_completion = True
@@ -491,10 +490,7 @@ class ColocatedCluster(EngineCore):
 
     def _first_token(self, req: Request) -> None:
         self._note_hit(req.prefill, req.prompt, req.cached)
-        self.on_first_token(req)
-
-    def _finished(self, req: Request) -> None:
-        self.on_finished(req)
+        self.listener.first_token(req)
 
     # =============================================================== figures
     def prefill_totals(self) -> tuple[int, int, int, int]:

@@ -34,19 +34,58 @@ def stopped(*_: object) -> NoReturn:
     raise RuntimeError("the engine was stopped: its run is over")
 
 
+class CallListener:
+    """What hears of a core's calls: each one's first token and its finish.
+
+    A native class, so that the core's two reports per call are direct
+    calls when its owner is compiled too (the simulator); a function held
+    as an attribute is a generic call, about a hundred instructions more
+    each. An owner in interpreted code (the emulator) gives two functions
+    to :class:`Callbacks`."""
+
+    def first_token(self, req: Request) -> None:
+        raise NotImplementedError
+
+    def finished(self, req: Request) -> None:
+        raise NotImplementedError
+
+
+class Callbacks(CallListener):
+    """A listener made of two functions."""
+
+    def __init__(self, on_first_token: Callable[[Request], None], on_finished: Callable[[Request], None]) -> None:
+        self.on_first_token = on_first_token
+        self.on_finished = on_finished
+
+    def first_token(self, req: Request) -> None:
+        self.on_first_token(req)
+
+    def finished(self, req: Request) -> None:
+        self.on_finished(req)
+
+
+class _Stopped(CallListener):
+    """What a stopped core reports to."""
+
+    def first_token(self, req: Request) -> None:
+        stopped()
+
+    def finished(self, req: Request) -> None:
+        stopped()
+
+
 class EngineCore:
     """The base of every engine core (see the module's docstring)."""
 
-    def __init__(self, hardware: HardwareProfile, caches: list[RadixCache], *,
-                 on_first_token: Callable[[Request], None], on_finished: Callable[[Request], None],
+    def __init__(self, hardware: HardwareProfile, caches: list[RadixCache], listener: CallListener,
                  hit_window_calls: int) -> None:
         """``caches``: the prefix cache of each instance a call is prefilled
-        on, by its index. ``hit_window_calls``: keep each of them's last
+        on, by its index. ``listener``: the owner, told of each call's first
+        token and finish. ``hit_window_calls``: keep each instance's last
         calls for :meth:`recent_hit_rate` (0: none kept, the rate reads 0)."""
         self.hardware = hardware
         self.loop = EventLoop()
-        self.on_first_token = on_first_token
-        self.on_finished = on_finished
+        self.listener = listener
         self.caches = caches
         self._seq = 0
         #: Each instance's last calls (prompt tokens, of them found cached), when kept.
@@ -69,12 +108,11 @@ class EngineCore:
 
     def stop(self) -> None:
         """End the run: pending events and timers are dropped, and the
-        instances let go of the core's handlers and the core of its owner's
-        callbacks. The state stays readable; any further call raises."""
+        instances let go of the core's handlers and the core of its owner.
+        The state stays readable; any further call raises."""
         self.loop.discard_pending()
         self._let_go()
-        self.on_first_token = stopped
-        self.on_finished = stopped
+        self.listener = _Stopped()
 
     def _let_go(self) -> None:
         """The topology's part of :meth:`stop`: its instances let go of the
