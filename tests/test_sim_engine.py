@@ -16,7 +16,7 @@ from basin.sim.decode import DecodeInstance
 from basin.sim.engine import Intervention, SimConfig, Simulator
 from basin.sim.events import EventLoop
 from basin.sim.prefill import PrefillInstance
-from basin.sim.requests import Request, shared_pieces
+from basin.sim.requests import Callbacks, Request, shared_pieces
 from basin.sim.sessions import SessionState
 from basin.workload.arrivals import SessionArrival
 from basin.workload.records import Call, Session
@@ -170,7 +170,7 @@ def test_priority_order_is_held_in_the_decode_memory_queue():
     hw = load_hardware("h100-nvl")
     reserved: list[int] = []
     dec = DecodeInstance(0, hw.decode.model_copy(update={"kv_tokens": 15_000}), 0.05, loop,
-                         lambda r: reserved.append(r.session), lambda r: None)
+                         lambda r: reserved.append(r.session), Callbacks())
     session = Session("x", (Call(9000, 9000, 10),))
     blocker_state = SessionState(100, session, "base", 0.0, 0, None)
     blocker = blocker_state.request(0, [], 0, 0.0)
@@ -211,7 +211,7 @@ def test_closed_form_decode_matches_step_by_step_reference():
     loop = EventLoop()
     finished: dict[int, float] = {}
     dec = DecodeInstance(0, hw.decode, hw.itl_slo_s, loop, lambda r: None,
-                         lambda r: finished.__setitem__(r.session, loop.now))
+                         Callbacks(on_finished=lambda r: finished.__setitem__(r.session, loop.now)))
     prompts = [1000, 30_000, 5000, 80_000, 200]
     outputs = [50, 300, 1, 120, 700]
     session = Session("x", (Call(100, 100, 10),))
@@ -448,7 +448,7 @@ def test_a_finished_simulator_refuses_to_go_on():
     with pytest.raises(RuntimeError, match="detached"):
         sim.driver.host.admitted(1)
     with pytest.raises(RuntimeError, match="stopped"):
-        sim.cluster.decodes[0].on_finished(sim.sessions[0].request(0, [], 1, 0.0))
+        sim.cluster.decodes[0].listener.finished(sim.sessions[0].request(0, [], 1, 0.0))
     with pytest.raises(RuntimeError, match="stopped"):
         sim.cluster.listener.finished(sim.sessions[0].request(0, [], 1, 0.0))
     assert sim.loop.pending == 0

@@ -16,7 +16,7 @@ from basin.sim.colocated import ColocatedInstance, Plan
 from basin.sim.costs import DecodeCosts, PrefillCosts
 from basin.sim.events import CLIENT, EventLoop
 from basin.sim.invariants import RequestNeverFits
-from basin.sim.requests import Request, Route
+from basin.sim.requests import Callbacks, Request, Route
 
 HW = load_hardware("h100-nvl")
 PAGE = 64
@@ -47,7 +47,8 @@ class Engine:
         self.first: list[Request] = []
         self.done: list[Request] = []
         self.inst = checked(ColocatedInstance(0, prefill, HW.decode, RadixCache(pool_tokens, 0, PAGE), self.loop,
-                                              self.first.append, self.done.append, max_running=max_running))
+                                              Callbacks(self.first.append, self.done.append),
+                                              max_running=max_running))
         self.seq = 0
         self.routes: dict[int, Route] = {}
 
@@ -218,7 +219,8 @@ def test_nothing_is_admitted_in_a_step_that_preempted():
 
     e = Engine(40 * PAGE, chunk_tokens=4096)
     e.inst = checked(ColocatedInstance(0, HW.prefill.model_copy(update={"chunk_tokens": 4096}), HW.decode,
-                                       RadixCache(40 * PAGE, 0, PAGE), e.loop, e.first.append, e.done.append),
+                                       RadixCache(40 * PAGE, 0, PAGE), e.loop,
+                                       Callbacks(e.first.append, e.done.append)),
                      watch)
     e.inst.set_ordered(True)
     a = e.call(1, 1000, 1000, prio=1.0)
@@ -271,7 +273,7 @@ def test_closed_loop_sessions_reuse_their_growing_prompts_and_all_finish(pool_pa
         e.done.append(req)
         e.loop.at(e.loop.now + 0.01, CLIENT, next_call, req.session)
 
-    e.inst.on_finished = finished
+    e.inst.listener = Callbacks(e.first.append, finished)
     for uid in plan:
         next_call(uid)
     e.run()

@@ -29,8 +29,7 @@ from basin.catalog import Deployment, HardwareProfile
 from basin.emulate.calls import ChatCall, RequestError, affinity_uid
 from basin.sim.cluster import Cluster, DecodeFigures, PDTopology, PrefillFigures
 from basin.sim.colocated import ColocatedCluster, ColocatedTopology
-from basin.sim.core import Callbacks
-from basin.sim.requests import Piece, Request
+from basin.sim.requests import Callbacks, Piece, Request
 
 __all__ = ["HIT_WINDOW_CALLS", "DecodeFigures", "EmulatedCall", "EmulatedEngine", "LendingState", "PrefillFigures"]
 

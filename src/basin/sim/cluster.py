@@ -40,13 +40,13 @@ from basin.catalog import CacheCapacity, Deployment, HardwareProfile, cache_capa
 from basin.policy.base import EngineFigures
 from basin.sim.borrow import Borrowing, attach_borrowing
 from basin.sim.cache import MatchResult, RadixCache
-from basin.sim.core import CallListener, EngineCore, stopped
+from basin.sim.core import EngineCore, stopped
 from basin.sim.decode import DecodeInstance, DecodeRoom
 from basin.sim.events import ENGINE
 from basin.sim.invariants import InvariantViolation
 from basin.sim.lending import LendingConfig, LentMemory, LentTier
 from basin.sim.prefill import PrefillInstance
-from basin.sim.requests import Piece, Request, Route
+from basin.sim.requests import CallListener, Piece, Request, Route
 from basin.sim.router import choose_decode, choose_prefill
 
 
@@ -101,6 +101,18 @@ class DecodeFigures:
     lent_tokens: int
 
 
+class _LendFirst(CallListener):
+    """What a decode instance's finishes go to while lending is wired in:
+    the core, which may keep the prompt as a lent unit before its owner
+    hears (let go by the instance's detach)."""
+
+    def __init__(self, core: Cluster) -> None:
+        self.core = core
+
+    def finished(self, req: Request) -> None:
+        self.core._lent_finish(req)
+
+
 class Cluster(EngineCore):
     """The engine core of one deployment (see the module's docstring)."""
 
@@ -129,7 +141,7 @@ class Cluster(EngineCore):
         # (wire_lending puts the core's own handler in between).
         self.decodes = [
             DecodeInstance(i, hardware.decode, hardware.itl_slo_s, self.loop, self._decode_reserved,
-                           listener.finished, self.decode_room)
+                           listener, self.decode_room)
             for i in range(topology.decode_instances)
         ]
         self.borrowing: Borrowing | None = None
@@ -272,10 +284,11 @@ class Cluster(EngineCore):
         self.lend_cap_fraction = cap_fraction
         config = LendingConfig(cap_fraction=cap_fraction)
         memories: list[LentMemory] = []
+        finishes = _LendFirst(self)
         for d in self.decodes:
             memories.append(d.lend(config))
             d.held_by_prefill = self._prefill_holds_handler
-            d.on_finished = self._lent_finish
+            d.listener = finishes
         self.lent_tier = LentTier(memories, config)
         for p in self.prefills:
             p.lower_tiers.append(self.lent_tier)

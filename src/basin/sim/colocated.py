@@ -62,11 +62,11 @@ from basin.catalog import DecodeProfile, Deployment, HardwareProfile, PrefillPro
 from basin.policy.base import EngineFigures
 from basin.sim.cache import MatchResult, RadixCache
 from basin.sim.cluster import DecodeFigures, PrefillFigures
-from basin.sim.core import CallListener, EngineCore, stopped
+from basin.sim.core import EngineCore, stopped
 from basin.sim.costs import DecodeCosts, PrefillCosts
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.invariants import InvariantViolation, RequestNeverFits, require
-from basin.sim.requests import Piece, Queued, Request, Route, queue_key
+from basin.sim.requests import Callbacks, CallListener, Piece, Queued, Request, Route, queue_key
 
 #: What one step does: the requests that decode a token, and the prefill
 #: chunks ``(request, tokens)``.
@@ -77,16 +77,15 @@ class ColocatedInstance:
     """One colocated server (see the module's docstring for its rules)."""
 
     def __init__(self, index: int, prefill: PrefillProfile, decode: DecodeProfile, cache: RadixCache,
-                 loop: EventLoop, on_first_token: Callable[[Request], None],
-                 on_finished: Callable[[Request], None], *, max_running: int | None = None,
+                 loop: EventLoop, listener: CallListener, *, max_running: int | None = None,
                  itl_slo_s: float = math.inf):
         if cache.host_capacity:
             raise ValueError("a colocated instance's pool has no host tier")
         self.index = index
         self.cache = cache
         self.loop = loop
-        self.on_first_token = on_first_token
-        self.on_finished = on_finished
+        #: Hears of each call's first token and finish.
+        self.listener = listener
         self.prefill_costs = PrefillCosts(prefill)
         self.decode_costs = DecodeCosts(decode)
         self.chunk_tokens: int = prefill.chunk_tokens
@@ -111,11 +110,10 @@ class ColocatedInstance:
         self.last_step_s = 0.0
 
     def detach(self, handler: Callable[..., None]) -> None:
-        """Let go of the owner's handlers (``handler`` replaces both) and of
-        the one bound to itself: the end of a run, after which nothing may
-        be due here."""
-        self.on_first_token = handler
-        self.on_finished = handler
+        """Let go of the listener and of the handler bound to itself
+        (``handler`` replaces both): the end of a run, after which nothing
+        may be due here."""
+        self.listener = Callbacks(handler, handler)
         self._end_step_handler = handler
 
     # ----------------------------------------------------------------- calls
@@ -315,7 +313,7 @@ class ColocatedInstance:
                 req.prefill_end_s = now
                 req.generated = 1
                 req.first_token_s = now
-                self.on_first_token(req)
+                self.listener.first_token(req)
                 if req.output <= 1:
                     done.append(req)
         for req in done:
@@ -353,7 +351,7 @@ class ColocatedInstance:
         req.alloc = req.reserved = 0
         req.finished_s = now
         self.running.remove(req)
-        self.on_finished(req)
+        self.listener.finished(req)
 
     def _refuse_head_that_never_fits(self) -> None:
         """Nothing runs and the head cannot be admitted: every unlocked page
@@ -408,6 +406,20 @@ class ColocatedTopology:
         return cls(deployment.prefill_instances, hardware.prefill.prefix_cache_tokens)
 
 
+class _HitFirst(CallListener):
+    """What a colocated server reports to: its core (first tokens count in
+    the hit window), then the core's owner (let go by the server's detach)."""
+
+    def __init__(self, core: ColocatedCluster) -> None:
+        self.core = core
+
+    def first_token(self, req: Request) -> None:
+        self.core._first_token(req)
+
+    def finished(self, req: Request) -> None:
+        self.core.listener.finished(req)
+
+
 class ColocatedCluster(EngineCore):
     """The engine core (:class:`basin.sim.cluster.Cluster`'s calls) over
     colocated servers. What PD needs an engine change for is how a colocated
@@ -421,10 +433,10 @@ class ColocatedCluster(EngineCore):
         super().__init__(hardware, [RadixCache(topology.pool_tokens, 0, hardware.page_tokens)
                                     for _ in range(topology.instances)], listener, hit_window_calls)
         self.topology = topology
-        # A finish goes straight to the owner; a first token passes the hit window first.
+        reports = _HitFirst(self)
         self.instances = [
-            ColocatedInstance(i, hardware.prefill, hardware.decode, cache, self.loop, self._first_token,
-                              listener.finished, itl_slo_s=hardware.itl_slo_s)
+            ColocatedInstance(i, hardware.prefill, hardware.decode, cache, self.loop, reports,
+                              itl_slo_s=hardware.itl_slo_s)
             for i, cache in enumerate(self.caches)
         ]
         self.reserve_at_completion = True
@@ -489,6 +501,7 @@ class ColocatedCluster(EngineCore):
         return None
 
     def _first_token(self, req: Request) -> None:
+        """A first token counts in the hit window before the owner hears of it."""
         self._note_hit(req.prefill, req.prompt, req.cached)
         self.listener.first_token(req)
 

@@ -20,58 +20,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Callable
 from typing import NoReturn
 
 from basin.catalog import HardwareProfile
 from basin.sim.cache import MatchResult, RadixCache
 from basin.sim.events import EventLoop
-from basin.sim.requests import Piece, Request, Route
+from basin.sim.requests import Callbacks, CallListener, Piece, Request, Route
 
 
 def stopped(*_: object) -> NoReturn:
     """What a stopped core's instances report to (see :meth:`EngineCore.stop`)."""
     raise RuntimeError("the engine was stopped: its run is over")
-
-
-class CallListener:
-    """What hears of a core's calls: each one's first token and its finish.
-
-    A native class, so that the core's two reports per call are direct
-    calls when its owner is compiled too (the simulator); a function held
-    as an attribute is a generic call, about a hundred instructions more
-    each. An owner in interpreted code (the emulator) gives two functions
-    to :class:`Callbacks`."""
-
-    def first_token(self, req: Request) -> None:
-        raise NotImplementedError
-
-    def finished(self, req: Request) -> None:
-        raise NotImplementedError
-
-
-class Callbacks(CallListener):
-    """A listener made of two functions."""
-
-    def __init__(self, on_first_token: Callable[[Request], None], on_finished: Callable[[Request], None]) -> None:
-        self.on_first_token = on_first_token
-        self.on_finished = on_finished
-
-    def first_token(self, req: Request) -> None:
-        self.on_first_token(req)
-
-    def finished(self, req: Request) -> None:
-        self.on_finished(req)
-
-
-class _Stopped(CallListener):
-    """What a stopped core reports to."""
-
-    def first_token(self, req: Request) -> None:
-        stopped()
-
-    def finished(self, req: Request) -> None:
-        stopped()
 
 
 class EngineCore:
@@ -112,7 +71,7 @@ class EngineCore:
         The state stays readable; any further call raises."""
         self.loop.discard_pending()
         self._let_go()
-        self.listener = _Stopped()
+        self.listener = Callbacks(stopped, stopped)
 
     def _let_go(self) -> None:
         """The topology's part of :meth:`stop`: its instances let go of the

@@ -34,10 +34,9 @@ from basin.policy.base import EngineFigures, EngineNeeds, Policy, SessionInfo
 from basin.policy.driver import PolicyDriver
 from basin.sim.cluster import Cluster, PDTopology
 from basin.sim.colocated import ColocatedCluster, ColocatedTopology
-from basin.sim.core import CallListener
 from basin.sim.events import CLIENT, CONTROL, SAMPLE
 from basin.sim.recorder import Recorder
-from basin.sim.requests import Request
+from basin.sim.requests import CallListener, Request
 from basin.sim.sessions import SessionState
 from basin.sim.streams import WARM_START, stream
 from basin.workload.arrivals import SessionArrival
