@@ -402,12 +402,14 @@ def test_run_scenario_gives_back_the_garbage_collector_as_it_found_it():
         gc.set_threshold(*before)
 
 
-@pytest.mark.parametrize("system", ["hicache", "basin", "continuum", "crossflow"])
-def test_a_finished_run_is_freed_by_reference_counting(system):
+@pytest.mark.parametrize(("system", "deployment"), [
+    *[(system, "1p1d-h100") for system in ("hicache", "basin", "continuum", "crossflow")],
+    ("hicache", "1C-h100-nvl"), ("basin", "1C-h100-nvl")])  # the colocated core too
+def test_a_finished_run_is_freed_by_reference_counting(system, deployment):
     # References in a run point one way (requests name their session and
     # instances by number, the instances report to the engine core, the
-    # core to the simulator through two callbacks; the run's end stops the
-    # core and detaches the driver), so when the simulator goes, reference
+    # core to the simulator as its listener; the run's end stops the core
+    # and detaches the driver), so when the simulator goes, reference
     # counting frees all it built, its configuration and arrivals included:
     # a collection afterwards finds only a few objects of fixed number (the
     # loop's timers and the tournaments' nodes, which link to each other).
@@ -418,8 +420,8 @@ def test_a_finished_run_is_freed_by_reference_counting(system):
 
     def garbage(drop: bool) -> Counter[str]:
         gc.collect()
-        sim = Simulator(config(make_arrivals(sessions, 8.0, 1200.0, seed=6), duration_s=1200.0),
-                        policy_class(system)())
+        sim = Simulator(config(make_arrivals(sessions, 8.0, 1200.0, seed=6), duration_s=1200.0,
+                               deployment=deployment), policy_class(system)())
         result = sim.run()
         kept = [] if drop else [sim]
         del sim
@@ -436,7 +438,8 @@ def test_a_finished_run_is_freed_by_reference_counting(system):
     assert sum(garbage(False).values()) < 100  # a simulator still held holds all it built
     freed = garbage(True)
     state = ("Simulator", "SimConfig", "SessionArrival", "Cluster", "PrefillInstance", "DecodeInstance",
-             "RadixCache", "_Node", "_Candidate", "Request", "Route", "SessionState", "KeyCursor", "MatchResult")
+             "ColocatedCluster", "ColocatedInstance", "RadixCache", "_Node", "_Candidate", "Request", "Route",
+             "SessionState", "KeyCursor", "MatchResult")
     assert not any(freed[t] for t in state), freed
     assert sum(freed.values()) < 100, freed
 
