@@ -41,6 +41,8 @@ from pathlib import Path
 
 import yaml
 
+from basin.catalog.cliff_profiles import scenario_profile_path
+
 ROOT = Path(__file__).resolve().parents[1]
 BASIN = [sys.executable, "-m", "basin"]
 RUN_KINDS = ("no-surge", "surge", "removal", "basin")
@@ -278,9 +280,19 @@ def real_run(kind: RunKind, seed: int, args: argparse.Namespace, spec: dict, blo
         _stop(engine, group=True)
 
 
+def sim_sets(kind: RunKind, args: argparse.Namespace) -> list[str]:
+    """The simulation's overrides: the run's, and for BASIN the gateway's
+    profile and parameters, so that both sides run one controller."""
+    sets = [*args.set, *kind.sets]
+    if kind.policy == "basin":
+        sets += [f"policy_params.profile={Path(args.basin_profile).resolve()}",
+                 *(f"policy_params.{p}" for p in args.basin_param)]
+    return sets
+
+
 def sim_run(kind: RunKind, seed: int, args: argparse.Namespace, out: Path) -> None:
     cmd = [*BASIN, "run", args.scenario, "--system", kind.policy, "--seed", str(seed), "--out", str(out / "sim"),
-           "--no-plots", *sum((["--set", s] for s in [*args.set, *kind.sets]), [])]
+           "--no-plots", *sum((["--set", s] for s in sim_sets(kind, args)), [])]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
         raise SystemExit(f"real_trap: the simulation failed: {done.stderr.strip()}")
@@ -381,8 +393,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--set", action="append", default=[], help="override a scenario field, as `basin run --set`")
     ap.add_argument("--basin-param", action="append", default=[], help="a BASIN parameter for the gateway, NAME=VALUE")
-    ap.add_argument("--basin-profile", type=Path, help="BASIN's cliff profile for the gateway (`basin profile "
-                    "DEPLOYMENT` writes it; the simulator reads the same file from profiles/basin/)")
+    ap.add_argument("--basin-profile", type=Path, help="BASIN's cliff profile, for the gateway and the simulation "
+                    "alike (default: the scenario's, which `basin profile --scenario NAME` writes)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "real-trap")
     ap.add_argument("--report-only", action="store_true", help="only rebuild the table and panels from OUT")
     args = ap.parse_args(argv)
@@ -390,9 +402,11 @@ def main(argv: list[str]) -> int:
     if not args.report_only:
         scenario = _scenario(args.scenario, args.set)
         kinds = run_kinds(scenario)
-        if "basin" in args.runs and (args.basin_profile is None or not args.basin_profile.is_file()):
-            raise SystemExit(f"real_trap: the basin run needs --basin-profile FILE (got {args.basin_profile}); "
-                             f"make it with `basin profile {scenario['deployment']}`")
+        if args.basin_profile is None:
+            args.basin_profile = scenario_profile_path(scenario["name"])
+        if "basin" in args.runs and not args.basin_profile.is_file():
+            raise SystemExit(f"real_trap: the basin run needs BASIN's cliff profile {args.basin_profile}; "
+                             f"make it with `basin profile --scenario {args.scenario}`, or give --basin-profile FILE")
         spec = _manifest()
         block = int(spec["serve"]["block_size_tokens"])
         blocks = _pool_tokens(scenario["deployment"]) // block

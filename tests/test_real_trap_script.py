@@ -90,4 +90,17 @@ def test_the_basin_run_refuses_to_start_without_its_cliff_profile(tmp_path):
                            "--out", str(tmp_path), "--basin-profile", str(tmp_path / "missing.yaml")],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode != 0
-    assert "--basin-profile" in done.stderr and "basin profile" in done.stderr
+    assert "missing.yaml" in done.stderr and "basin profile --scenario real-trap-vllm" in done.stderr
+
+
+def test_the_simulated_basin_runs_the_gateways_profile_and_parameters(script, tmp_path):
+    import argparse
+
+    kinds = script.run_kinds({"surge": {"end_min": 6.25}})
+    args = argparse.Namespace(set=["seed=1"], basin_profile=tmp_path / "p.yaml", basin_param=["reserve=0.2"])
+    assert script.sim_sets(kinds["basin"], args) == [
+        "seed=1", "policy_params.predictor=growth:1.5", f"policy_params.profile={tmp_path / 'p.yaml'}",
+        "policy_params.reserve=0.2"]
+    assert script.sim_sets(kinds["surge"], args) == ["seed=1"]
+    # By default both sides read the scenario's own profile.
+    assert script.scenario_profile_path("real-trap-vllm") == ROOT / "profiles/basin/scenarios/real-trap-vllm.yaml"

@@ -58,6 +58,7 @@ from basin.errors import BasinInputError
 from basin.experiments.pool import run_jobs
 from basin.experiments.scenario import Scenario, WorkloadSpec
 from basin.metrics.cliff import cache_cliff_points
+from basin.model.params import WorkloadInput
 from basin.predict.cliff import fit_kappa, lower_quartile
 from basin.workload.synthetic import SYNTHETIC_PRESETS
 
@@ -122,17 +123,35 @@ class LoadRamp:
         })
 
 
-def workload_spec(workload: str, sessions: int | None) -> dict[str, Any]:
+#: What a ramp draws its sessions from: a preset or file by name, or a
+#: scenario's workload section (its scaling and call cut applied).
+RampWorkload = str | WorkloadSpec
+
+
+def workload_spec(workload: RampWorkload, sessions: int | None) -> dict[str, Any]:
     """The scenario workload of a ramp: ``sessions`` synthesised for a
-    synthetic preset; a real table or file is taken whole."""
-    return {"name": workload, "sessions": sessions if workload in SYNTHETIC_PRESETS else None}
+    synthetic preset (unless a workload section says how many); a real table
+    or file is taken whole."""
+    spec: dict[str, Any] = workload.model_dump() if isinstance(workload, WorkloadSpec) else {"name": workload}
+    if spec.get("sessions") is None:
+        spec["sessions"] = sessions if spec["name"] in SYNTHETIC_PRESETS else None
+    return spec
 
 
-def _load_workload(name: str, seed: int, sessions: int | None) -> Any:
+def workload_label(workload: RampWorkload) -> str:
+    """How a profile names the workload it was taken with: the name, and the
+    scaling a workload section applies."""
+    if isinstance(workload, str):
+        return workload
+    return WorkloadInput(workload.name, workload.sessions, 0, workload.tool_time, workload.output,
+                         workload.prompt, workload.max_calls).label()
+
+
+def _load_workload(workload: RampWorkload, seed: int, sessions: int | None) -> Any:
     # Lazy: this import loads 38 modules; only this path uses it.
     from basin.experiments.runner import build_workload
 
-    return build_workload(WorkloadSpec.model_validate(workload_spec(name, sessions)), seed)
+    return build_workload(WorkloadSpec.model_validate(workload_spec(workload, sessions)), seed)
 
 
 # ---------------------------------------------------------------------------
@@ -156,7 +175,7 @@ def _session_demand(workload: Any, call_s: float = ESTIMATE_CALL_S) -> tuple[flo
     return float(np.mean(token_min)), float(np.mean(life_min))
 
 
-def default_ramp(deployment: str | Deployment, workload: str = DEFAULT_WORKLOAD, *, router: str | None = None,
+def default_ramp(deployment: str | Deployment, workload: RampWorkload = DEFAULT_WORKLOAD, *, router: str | None = None,
                  host_ratio: float | None = None, seed: int = 0, **overrides: Any) -> RampSettings:
     """The default ramp for a deployment: from 0.2 to 1.6 times the estimated
     knee rate (see ``RAMP_START_FACTOR``) in 15 geometric steps of 15 minutes,
@@ -189,7 +208,8 @@ def load_ramp(ramp: RampSettings) -> LoadRamp:
     return LoadRamp(ramp.rates(), float(ramp.step_min), ramp.warm_sessions)
 
 
-def profile_scenario(deployment: str, dep: Deployment, workload: str, ramp: RampSettings, seed: int) -> Scenario:
+def profile_scenario(deployment: str, dep: Deployment, workload: RampWorkload, ramp: RampSettings,
+                     seed: int) -> Scenario:
     """The scenario of one profiling ramp of ``dep`` (``deployment`` is how to
     load it: a name, shape or file), router and host tier as ``dep`` has them."""
     return load_ramp(ramp).scenario(
@@ -198,7 +218,7 @@ def profile_scenario(deployment: str, dep: Deployment, workload: str, ramp: Ramp
         description="cliff profile ramp")
 
 
-def simulate_ramp(dep: Deployment, workload: str, ramp: RampSettings, seed: int,
+def simulate_ramp(dep: Deployment, workload: RampWorkload, ramp: RampSettings, seed: int,
                   deployment: str | None = None) -> dict[str, np.ndarray]:
     """Run one profiling ramp on the simulator; returns its per-minute timeseries."""
     # Lazy: this import loads 38 modules; only this path uses it.
@@ -265,7 +285,7 @@ def analyse_ramp(ts: Mapping[str, np.ndarray], ramp: RampSettings, seed: int, la
     )
 
 
-def _ramp_job(args: tuple[str, Deployment, str, RampSettings, int, str]) -> RampRun:
+def _ramp_job(args: tuple[str, Deployment, RampWorkload, RampSettings, int, str]) -> RampRun:
     deployment, dep, workload, ramp, seed, label = args
     return analyse_ramp(simulate_ramp(dep, workload, ramp, seed, deployment), ramp, seed, label=label)
 
@@ -277,7 +297,8 @@ def _median(values: Sequence[float]) -> float:
     return float(np.median(arr)) if arr.size else float("nan")
 
 
-def profile_deployment(deployment: str | Deployment, workload: str = DEFAULT_WORKLOAD, router: str | None = None,
+def profile_deployment(deployment: str | Deployment, workload: RampWorkload = DEFAULT_WORKLOAD,
+                       router: str | None = None,
                        repeats: int = 3, seed: int = 0, progress: Callable[[int, int], None] | None = None, *,
                        host_ratio: float | None = None, ramp: RampSettings | None = None,
                        workers: int | None = None) -> CliffProfile:
@@ -305,7 +326,7 @@ def profile_deployment(deployment: str | Deployment, workload: str = DEFAULT_WOR
     kappas = tuple(r.kappa for r in done_runs)
     lambdas = tuple(r.lambda_c_per_min for r in done_runs)
     return CliffProfile(
-        deployment=dep.name, router=dep.router, workload=workload,
+        deployment=dep.name, router=dep.router, workload=workload_label(workload),
         kappa=round_figure(lower_quartile(kappas)), x_knee=X_KNEE,
         lambda_c_per_min=round_figure(_median(lambdas)),
         gpu_cache_tokens=capacity.gpu_tokens, host_cache_tokens=capacity.host_tokens,
