@@ -28,6 +28,7 @@ import csv
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -379,7 +380,8 @@ def draw_panels(out: Path, kinds: list[str], seeds: list[int]) -> None:
     axes[0][0].set_ylabel("prefix hit rate")
     axes[1][0].set_ylabel("median TTFT (s)")
     axes[2][0].set_ylabel("active sessions")
-    axes[0][-1].legend(fontsize=7)
+    if axes[0][-1].get_legend_handles_labels()[0]:
+        axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "panels.png", dpi=110)
     _say(f"wrote {out / 'panels.png'}")
@@ -397,6 +399,8 @@ def main(argv: list[str]) -> int:
                     "alike (default: the scenario's, which `basin profile --scenario NAME` writes)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "real-trap")
     ap.add_argument("--report-only", action="store_true", help="only rebuild the table and panels from OUT")
+    ap.add_argument("--resim", action="store_true", help="run the simulation side of finished real runs again "
+                    "(after the model or its profile changed); the real runs are kept")
     args = ap.parse_args(argv)
 
     if not args.report_only:
@@ -414,7 +418,14 @@ def main(argv: list[str]) -> int:
             for seed in args.seeds:
                 folder = args.out / name / f"seed{seed}"
                 if (folder / "run.json").is_file():
-                    _say(f"{name} seed {seed}: done before, kept")
+                    if args.resim:
+                        _say(f"{name} seed {seed}: simulation again, beside the real run kept")
+                        shutil.rmtree(folder / "sim", ignore_errors=True)
+                        sim_run(kinds[name], seed, args, folder)
+                    else:
+                        _say(f"{name} seed {seed}: done before, kept")
+                    continue
+                if args.resim:
                     continue
                 _say(f"{name} seed {seed}: real run (about {scenario['duration_min']:g} min)")
                 started = time.time()

@@ -104,3 +104,28 @@ def test_the_simulated_basin_runs_the_gateways_profile_and_parameters(script, tm
     assert script.sim_sets(kinds["surge"], args) == ["seed=1"]
     # By default both sides read the scenario's own profile.
     assert script.scenario_profile_path("real-trap-vllm") == ROOT / "profiles/basin/scenarios/real-trap-vllm.yaml"
+
+
+def test_resim_runs_only_the_simulation_side_of_finished_runs(script, tmp_path, monkeypatch):
+    _fake_run(tmp_path / "surge" / "seed0", {"state": "trapped", "goodput_per_h": 40.0},
+              {"state": "healthy", "goodput_per_h": 300.0}, {})
+    simulated: list[tuple[str, int]] = []
+
+    def fake_sim(kind, seed, args, folder):
+        assert not (folder / "sim").exists()  # the old simulation is gone first
+        simulated.append((kind.name, seed))
+        (folder / "sim" / "hicache").mkdir(parents=True)
+        (folder / "sim" / "hicache" / "summary.json").write_text(json.dumps({"state": "trapped",
+                                                                           "goodput_per_h": 44.0}))
+
+    def no_real_run(*args):
+        raise AssertionError("--resim never starts a real run")
+
+    monkeypatch.setattr(script, "sim_run", fake_sim)
+    monkeypatch.setattr(script, "real_run", no_real_run)
+    monkeypatch.setattr(script, "_manifest", lambda: {"serve": {"block_size_tokens": 128}})
+    monkeypatch.setattr(script, "_pool_tokens", lambda deployment: 98_304)
+    assert script.main(["--runs", "surge", "--seeds", "0", "1", "--out", str(tmp_path), "--resim"]) == 0
+    assert simulated == [("surge", 0)]  # seed 1 has no real run: nothing to simulate beside
+    assert "| surge | 0 | trapped | trapped | 40 | 44 | 0.1 |" in (tmp_path / "table.md").read_text()
+    assert json.loads((tmp_path / "surge" / "seed0" / "run.json").read_text()) == {"cpu": {}}

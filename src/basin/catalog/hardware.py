@@ -28,6 +28,11 @@ class PrefillProfile(_Frozen):
     load_tokens_per_s: float = Field(gt=0)
     load_threshold_tokens: int = Field(ge=0)
     state_slots: int | None = Field(default=None, gt=0)
+    #: Server time for every prompt token of a call, cached ones included:
+    #: its tokenizer and prefix lookup, where they share the cores that
+    #: compute (a CPU server). Charged once a call, to the server's next step
+    #: after it arrives. 0 where they run beside the accelerator.
+    frontend_s_per_prompt_token: float = Field(default=0.0, ge=0)
     #: Whether a request waiting in the prefill queue holds its matched prefix.
     #: SGLang matches a waiting request when it schedules it and locks nothing
     #: before (False); True is the older model of this simulator, kept to

@@ -92,6 +92,9 @@ class ColocatedInstance:
         self.decode_costs = DecodeCosts(decode)
         self.chunk_tokens: int = prefill.chunk_tokens
         self.step_overhead_s: float = prefill.step_overhead_s
+        self.frontend_s_per_prompt_token: float = prefill.frontend_s_per_prompt_token
+        #: Front-end time of calls submitted since the last step began, owed by the next one.
+        self.frontend_owed_s = 0.0
         self.page: int = cache.page
         self.max_running: int = max_running if max_running is not None else decode.max_running_requests
         self.queue: list[Queued] = []
@@ -120,6 +123,8 @@ class ColocatedInstance:
                 f"instance {self.index}: a prompt of {req.prompt} tokens (session {req.session}, call "
                 f"{req.call_index}) and its first output token exceed the {self.cache.device_capacity}-token pool")
         req.prefill = req.decode = self.index
+        if self.frontend_s_per_prompt_token > 0.0:
+            self.frontend_owed_s += req.prompt * self.frontend_s_per_prompt_token
         heappush(self.queue, Queued(queue_key(req, self.ordered), req))
         if not self.busy:
             self._start_step()
@@ -193,6 +198,9 @@ class ColocatedInstance:
             if decoding else self.step_overhead_s
         for req, take in chunks:
             step_s += self.prefill_costs.tokens_cost_s(take, req.position)
+        if self.frontend_owed_s > 0.0:
+            step_s += self.frontend_owed_s
+            self.frontend_owed_s = 0.0
         self.busy = True
         self.last_step_s = step_s
         if step_s > self.itl_slo_s:

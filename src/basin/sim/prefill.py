@@ -63,6 +63,9 @@ class PrefillInstance:
         # a generic attribute lookup, a read of these is a load.
         self.chunk_tokens: int = profile.chunk_tokens
         self.step_overhead_s: float = profile.step_overhead_s
+        self.frontend_s_per_prompt_token: float = profile.frontend_s_per_prompt_token
+        #: Front-end time of requests queued since the last step began, owed by the next one.
+        self.frontend_owed_s = 0.0
         self.load_tokens_per_s: float = profile.load_tokens_per_s
         self.lock_queued_prefix: bool = profile.lock_queued_prefix
         #: Bound once (compiled, a bound method made per step costs more than
@@ -101,6 +104,8 @@ class PrefillInstance:
                 f"prefill {self.index}: a prompt of {req.prompt} tokens (session {req.session}, "
                 f"call {req.call_index}) exceeds the {self.cache.device_capacity}-token pool")
         req.prefill = self.index
+        if self.frontend_s_per_prompt_token > 0.0:
+            self.frontend_owed_s += req.prompt * self.frontend_s_per_prompt_token
         if self.lock_queued_prefix:
             m = self.cache.match(req.key, self.loop.now, req.route.cursor_on(self.cache), req.prompt)
             self.cache.lock(m)
@@ -252,6 +257,9 @@ class PrefillInstance:
         for req, take in plan:
             cost += costs.tokens_cost_s(take, req.position)
         step_s = self.step_overhead_s + max(cost, load_s)
+        if self.frontend_owed_s > 0.0:
+            step_s += self.frontend_owed_s
+            self.frontend_owed_s = 0.0
         self.busy = True
         self.loop.at(now + step_s, ENGINE, self._end_step_handler, plan)
 
