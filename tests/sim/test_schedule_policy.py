@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.cli_helpers import run_basin
 
 from basin.catalog import Deployment, HardwareProfile
 from basin.errors import BasinInputError
@@ -253,3 +254,13 @@ def test_the_profile_field_names_the_values_allowed():
     with pytest.raises(ValueError, match="'fcfs' or 'lpm'"):
         HW.prefill.model_validate({**HW.prefill.model_dump(), "schedule_policy": "sjf"})
     assert HW.prefill.schedule_policy == "fcfs"
+
+
+def test_basin_run_refuses_a_bad_or_inapplicable_policy_in_one_line(capsys, tmp_path):
+    code, _, err = run_basin(capsys, "run", "trap-1p1d", "--set", "engine.schedule_policy=sjf", "--no-plots",
+                             "--out", str(tmp_path / "a"))
+    assert code == 2 and "field 'engine.schedule_policy': expected one of 'fcfs' or 'lpm'" in err
+    code, _, err = run_basin(capsys, "run", "trap-1p1d", "--set", "deployment=1C-h100-nvl", "--set",
+                             "engine.schedule_policy=lpm", "--set", "duration_min=5", "--set", "measure_end_min=5",
+                             "--no-plots", "--out", str(tmp_path / "b"))
+    assert code == 2 and "colocated deployment is a vLLM server" in err and "Traceback" not in err
