@@ -3,7 +3,7 @@ from ``profiles/hardware/`` (the one source of truth for them)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -13,6 +13,13 @@ from basin.yamlfile import load_yaml, validation_message
 
 if TYPE_CHECKING:
     import numpy as np
+
+
+#: The order a prefill instance's waiting queue is served in: ``fcfs``, first
+#: come first served (SGLang's default, and what the paper's trap implies);
+#: ``lpm``, SGLang's ``--schedule-policy lpm``, the longest cached prefix first
+#: while few requests wait (:mod:`basin.sim.prefill` states the rules).
+SchedulePolicy = Literal["fcfs", "lpm"]
 
 
 class _Frozen(BaseModel):
@@ -39,6 +46,10 @@ class PrefillProfile(_Frozen):
     #: compare against (docs/calibration.md, "Where a waiting request holds its
     #: prefix").
     lock_queued_prefix: bool = False
+    #: How the waiting queue is ordered (:data:`SchedulePolicy`). A PD prefill
+    #: instance is SGLang's and takes either; a colocated (vLLM) server has no
+    #: LPM and refuses it.
+    schedule_policy: SchedulePolicy = "fcfs"
 
     @overload
     def tokens_cost_s(self, n_tokens: float, start_position: float) -> float: ...

@@ -347,10 +347,11 @@ def run_scenario(scenario: Scenario, system: str | None = None,
         params = dict(params_for(scenario, [system]).given[system])
     dep = deployment_for(scenario)
     hardware = load_hardware(dep.hardware)
-    lock_queued = scenario.engine.lock_queued_prefix
-    if lock_queued is not None and lock_queued != hardware.prefill.lock_queued_prefix:
-        hardware = hardware.model_copy(
-            update={"prefill": hardware.prefill.model_copy(update={"lock_queued_prefix": lock_queued})})
+    engine = scenario.engine
+    given = {"lock_queued_prefix": engine.lock_queued_prefix, "schedule_policy": engine.schedule_policy}
+    update = {k: v for k, v in given.items() if v is not None and v != getattr(hardware.prefill, k)}
+    if update:
+        hardware = hardware.model_copy(update={"prefill": hardware.prefill.model_copy(update=update)})
     context = RunContext(deployment=dep, workload=scenario.workload.name, hardware=hardware,
                          host_ratio=scenario.host_ratio)
     policy = build_policy(system, params, context)

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 
 from basin.catalog import DecodeProfile, Deployment, HardwareProfile, PrefillProfile
+from basin.errors import BasinInputError
 from basin.policy.base import EngineFigures
 from basin.sim.cache import MatchResult, RadixCache
 from basin.sim.cluster import DecodeFigures, PrefillFigures, recent_hit_rate, stopped
@@ -416,6 +417,13 @@ class ColocatedCluster:
     def __init__(self, hardware: HardwareProfile, topology: ColocatedTopology, *,
                  on_first_token: Callable[[Request], None], on_finished: Callable[[Request], None],
                  hit_window_calls: int = 0):
+        if hardware.prefill.schedule_policy != "fcfs":
+            # vLLM's scheduler serves its waiting queue first-come (or by
+            # priority); it has no longest-prefix-match order to model.
+            raise BasinInputError(
+                f"schedule_policy '{hardware.prefill.schedule_policy}': a colocated deployment is a vLLM "
+                "server, whose scheduler has no longest-prefix-match order (it is SGLang's, for PD "
+                "deployments); set engine.schedule_policy to fcfs or leave it out")
         self.hardware = hardware
         self.topology = topology
         self.loop = EventLoop()
