@@ -44,7 +44,7 @@ def test_the_critical_rate_is_the_profile_of_the_deployment_as_run() -> None:
 
 
 def test_a_scenario_and_basin_read_the_same_rate() -> None:
-    from basin.experiments.runner import base_rate_per_min, deployment_for
+    from basin.experiments.plan import base_rate_per_min, deployment_for
     from basin.experiments.scenario import load_scenario
     from basin.systems import RunContext, cliff_summary
 

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from basin.errors import BasinInputError
-from basin.experiments.runner import check_runnable, deployment_for, scenario_arrivals
+from basin.experiments.plan import deployment_for
+from basin.experiments.runner import check_runnable, scenario_arrivals
 from basin.experiments.scenario import load_scenario
 from basin.gateway.record import RecordFile, TrafficRecorder
 from basin.gateway.record import recorded_arrivals as gateway_recorded_arrivals

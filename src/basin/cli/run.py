@@ -54,7 +54,8 @@ def run(
 
     Example: basin run trap-1p1d --set surge.factor=2.0 --system hicache --out results/trap
     """
-    from basin.experiments.runner import check_runnable, provenance, remove_stale_runs, run_scenario, write_provenance
+    from basin.experiments.plan import provenance, write_provenance
+    from basin.experiments.runner import check_runnable, remove_stale_runs, run_scenario
     from basin.experiments.scenario import load_scenario, scenario_dict
     from basin.metrics.io import write_run
     from basin.systems import expand_systems
@@ -179,7 +180,8 @@ def earlier_runs(out_dir: Path, resolved: dict[str, Any], mine: Sequence[str]) -
     """The other systems' run folders in ``out_dir``, split by whether the
     earlier command ran the same resolved scenario (per its provenance.json
     and summary.csv); nothing is removed."""
-    from basin.experiments.runner import PROVENANCE_FILE, RUN_MARKERS
+    from basin.experiments.plan import PROVENANCE_FILE
+    from basin.experiments.runner import RUN_MARKERS
     from basin.jsonvalues import json_value
 
     if not out_dir.is_dir():

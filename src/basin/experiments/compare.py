@@ -54,7 +54,7 @@ class ScenarioInfo:
 
 def describe(scenario_name: str, overrides: Sequence[str] = ()) -> ScenarioInfo:
     # Lazy: this import loads pydantic (214 modules); only this path uses it.
-    from basin.experiments.runner import deployment_for
+    from basin.experiments.plan import deployment_for
 
     # Lazy: this import loads pydantic (176 modules); only this path uses it.
     from basin.experiments.scenario import load_scenario
@@ -178,7 +178,8 @@ def run_one(job: tuple[str, tuple[str, ...], str, int] | tuple[str, tuple[str, .
     The written time series carries the policy's action columns
     (:mod:`basin.metrics.actions`), read from the run's policy driver."""
     # Lazy: this import loads pydantic (214 modules); only this path uses it.
-    from basin.experiments.runner import params_for, run_scenario
+    from basin.experiments.plan import params_for
+    from basin.experiments.runner import run_scenario
 
     # Lazy: this import loads pydantic (176 modules); only this path uses it.
     from basin.experiments.scenario import load_scenario

@@ -272,7 +272,7 @@ def _scenario_at(path: Path, scenario_file: Path, base: Mapping[str, Any],
 
 def _reference_rate(path: Path, name: str, axis: DerivedAxis, sc: Scenario) -> float:
     # Lazy: this import loads 38 modules; only this path uses it.
-    from basin.experiments.runner import base_rate_per_min, deployment_for
+    from basin.experiments.plan import base_rate_per_min, deployment_for
 
     dep = deployment_for(sc)
     if axis.of == "critical":
@@ -305,7 +305,8 @@ def resolve_sweep(path: Path, spec: SweepSpec) -> Sweep:
     run). ``path`` is the file it came from: relative paths are read from its
     folder and messages name it (``basin tune`` builds its specs in memory)."""
     # Lazy: this import loads 38 modules; only this path uses it.
-    from basin.experiments.runner import check_runnable, params_for
+    from basin.experiments.plan import params_for
+    from basin.experiments.runner import check_runnable
 
     here = path.resolve().parent
     scenario_arg = _anchored(spec.scenario, here) if _looks_like_path(spec.scenario) else spec.scenario
@@ -476,7 +477,7 @@ def _file_digest(value: object) -> str | None:
 def run_config(sc: Scenario, system: str, params: Mapping[str, object]) -> dict[str, Any]:
     """Everything one run's result depends on, as plain data (hashed for its store key)."""
     # Lazy: this import loads 38 modules; only this path uses it.
-    from basin.experiments.runner import base_rate_per_min, cliff_used, deployment_for, resolved_params
+    from basin.experiments.plan import base_rate_per_min, cliff_used, deployment_for, resolved_params
 
     dep = deployment_for(sc)
     cliff, _ = cliff_used(sc, system, params)
@@ -591,7 +592,7 @@ def compute_pending(sweeps: Sequence[Sweep], store: RunStore, *, executor: str =
     several sweeps share one pool and one progress display. Returns the count
     computed."""
     # Lazy: this import loads 38 modules; only this path uses it.
-    from basin.experiments.runner import provenance
+    from basin.experiments.plan import provenance
 
     todo: dict[str, tuple[Sweep, Point]] = {}
     for sweep in sweeps:
@@ -614,7 +615,7 @@ def compute_pending(sweeps: Sequence[Sweep], store: RunStore, *, executor: str =
 
 def _write_record(sweep: Sweep, out_dir: Path, outcome: SweepOutcome, executor: str, table: Path) -> None:
     # Lazy: this import loads 38 modules; only this path uses it.
-    from basin.experiments.runner import provenance, write_provenance
+    from basin.experiments.plan import provenance, write_provenance
 
     base_overrides = [f"{k}={_value_text(v)}" for k, v in sweep.spec.set_.items()]
 

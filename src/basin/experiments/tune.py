@@ -302,7 +302,7 @@ def _safe(text: str) -> str:
 def load_tuning(file: str | os.PathLike[str]) -> Tuning:
     """Read and check a tuning file and resolve every run (no run)."""
     # Lazy: this import loads 38 modules; only this path uses it.
-    from basin.experiments.runner import resolved_params
+    from basin.experiments.plan import resolved_params
 
     path = Path(file)
     raw = load_mapping(path, "tuning", "tuning fields (name, scenarios, set, seeds, systems)")
@@ -658,7 +658,7 @@ def draw_goodput(tuning: Tuning, choices: Mapping[str, Choice], path: Path) -> P
 
 def _write_record(tuning: Tuning, out_dir: Path, outcome: TuneOutcome, executor: str) -> None:
     # Lazy: this import loads 38 modules; only this path uses it.
-    from basin.experiments.runner import provenance, resolved_params, write_provenance
+    from basin.experiments.plan import provenance, resolved_params, write_provenance
 
     first = {r.scenario: r for r in tuning.runs if r.setting.default}
     scenarios = [(tuning.scenario_args[label], first[label].point.scenario, list(first[label].point.overrides))
