@@ -174,7 +174,7 @@ def draw_families(rows: Sequence[CompareRow], loaded: Sequence[tuple[str, Scenar
                   folders: Mapping[str, str], runs_dir: Path, family: Path, *, bands: str | None,
                   include_parked: bool, switch_on: float | None) -> dict[str, Path]:
     """The ``--family`` figure of each scenario, from the run tables under ``runs_dir``."""
-    from basin.experiments.compare import switch_on_start
+    from basin.experiments.plan import switch_on_start
     from basin.experiments.plots import intervention_marks, plot_family
     from basin.metrics.io import read_run
 

@@ -273,9 +273,11 @@ def _file_digest(value: object) -> str | None:
     return None
 
 
-#: A study's measure of one run, taken in the worker beside its tables (a
-#: module-level function: it is pickled with the plan).
-Measure = Callable[[Any], dict[str, Any]]
+#: A study's measure of one run (a :class:`~basin.experiments.runner.ScenarioRun`),
+#: taken in the worker beside its tables so that they need not cross the
+#: process boundary; a module-level function (or a partial of one): it is
+#: pickled with the plan. What it returns must pickle too.
+Measure = Callable[[Any], Any]
 
 
 @dataclass(frozen=True, eq=False)
@@ -422,7 +424,7 @@ class PlanResult:
     #: The run's tables (calls, sessions, time series), when the plan keeps them.
     tables: tuple[Table, Table, Table] | None = None
     #: The plan's measure of the run, when it has one.
-    measured: dict[str, Any] | None = None
+    measured: Any = None
 
 
 # -------------------------------------------------------------- provenance
