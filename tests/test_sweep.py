@@ -19,7 +19,8 @@ from tests.cli_helpers import run_basin
 from basin.errors import BasinInputError
 from basin.experiments.pool import JobProgress
 from basin.experiments.store import RunStore
-from basin.experiments.sweep import load_sweep, run_sweep
+from basin.experiments.sweep import run_sweep
+from basin.experiments.sweep_grid import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -324,7 +325,7 @@ def test_progress_bar_on_a_terminal() -> None:
 
 def test_systems_may_be_one_name(tmp_path: Path) -> None:
     """`systems: all` (as docs/sweeps.md writes it) and `systems: [all]` are the same sweep."""
-    from basin.experiments.sweep import load_sweep
+    from basin.experiments.sweep_grid import load_sweep
 
     one = load_sweep(write_sweep(tmp_path, "axes:\n  seed: [0]\nsystems: all\n", name="one"))
     listed = load_sweep(write_sweep(tmp_path, "axes:\n  seed: [0]\nsystems: [all]\n", name="listed"))

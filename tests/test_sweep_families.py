@@ -12,7 +12,8 @@ import pytest
 from tests.cli_helpers import run_basin
 from tests.test_sweep import ROOT, write_sweep
 
-from basin.experiments.sweep import load_sweep, run_sweep
+from basin.experiments.sweep import run_sweep
+from basin.experiments.sweep_grid import load_sweep
 from basin.experiments.sweep_plots import draw_plots, frontier_cells, relative_bars
 
 # ------------------------------------------------------------ validation

@@ -9,7 +9,7 @@ plan holds what a run is derived from (the deployment with its overrides, the
 hardware as the engine runs it, the arrival schedule, every parameter), so
 checking a scenario before any run and running it derive them once, the same
 way. It is also the store key of a sweep's run (:attr:`RunPlan.key`, the hash
-of :meth:`RunPlan.config`) and its provenance record (:meth:`RunPlan.provenance`).
+of :attr:`RunPlan.config`) and its provenance record (:meth:`RunPlan.provenance`).
 
 Identity: two plans are equal when they run the same scenario (overrides
 applied) under the same system with the same parameters and report under the
@@ -336,9 +336,10 @@ class RunPlan:
         """BASIN's cliff profile for this run and a warning when it is not the deployment's own."""
         return cliff_used(self.scenario, self.system, self.param_dict(), self.deployment)
 
+    @cached_property
     def config(self) -> dict[str, Any]:
         """Everything the run's result depends on, as plain data (hashed for
-        its store key; the text of a sweep store's ``config.json``)."""
+        its store key; the text of a sweep store's ``config.json``). Read only."""
         sc = self.scenario
         cliff, _ = self.cliff()
         if cliff is not None:  # the profile by its content, not by where the checkout lies
@@ -364,7 +365,7 @@ class RunPlan:
     def key(self) -> str:
         """The run's store key: unchanged from the sweep store's first layout,
         so a store written before the run plan existed resumes."""
-        return run_key(self.config())
+        return run_key(self.config)
 
     def provenance(self, result: PlanResult | None = None, extra: Mapping[str, Any] | None = None
                    ) -> dict[str, Any]:

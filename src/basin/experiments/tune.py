@@ -48,16 +48,10 @@ from basin.errors import BasinInputError
 from basin.experiments.executors import check_executor
 from basin.experiments.scenario import _anchored, _looks_like_path, scenario_path
 from basin.experiments.store import STORE_DIR, RunStore
-from basin.experiments.sweep import (
-    Point,
-    Sweep,
-    SweepSpec,
-    compute_pending,
-    is_finite,
-    resolve_sweep,
-    spec_file_error,
-    write_rows,
-)
+from basin.experiments.sweep import compute_pending
+from basin.experiments.sweep_grid import resolve_sweep
+from basin.experiments.sweep_spec import Point, Sweep, SweepSpec, is_finite, spec_file_error
+from basin.experiments.sweep_table import write_rows
 from basin.jsonvalues import json_value
 from basin.metrics.summary import RunSummary
 from basin.plotting import new_figure, save_figure
