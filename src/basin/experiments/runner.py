@@ -67,17 +67,27 @@ class ScenarioRun:
 def check_runnable(scenario: Scenario, systems: Sequence[str], strict: bool = True) -> tuple[SystemParams,
                                                                                              list[str]]:
     """Everything that can be checked without simulating, done before any
-    run: the scenario's plan under each system (deployment and hardware,
-    base rate and arrival schedule, policy switches; with
-    ``arrivals.from_workload``, its recorded start times), every system's
-    parameters. Returns the split parameters and the warnings to show."""
-    base = resolve_plan(scenario, systems[0] if systems else None, {})
+    run (:func:`runnable_plans`). Returns the split parameters and the
+    warnings to show."""
+    _, split, warnings = runnable_plans(scenario, systems, strict)
+    return split, warnings
+
+
+def runnable_plans(scenario: Scenario, systems: Sequence[str], strict: bool = True, *, argument: str = "",
+                   overrides: Sequence[str] = ()) -> tuple[list[RunPlan], SystemParams, list[str]]:
+    """The plan of ``scenario`` under each system, checked as far as it can
+    be without simulating: deployment and hardware, base rate and arrival
+    schedule, policy switches (with ``arrivals.from_workload``, the recorded
+    start times too), every system's parameters (``strict``: refusing one no
+    system has). The scenario is resolved once and shared by the systems'
+    plans. Returns the plans, the split parameters and the warnings to show."""
+    base = resolve_plan(scenario, systems[0] if systems else None, {}, argument=argument, overrides=overrides)
     if scenario.arrivals.from_workload:
         scenario_arrivals(scenario, base.deployment)  # start times present, some inside the run, a surge to scale
     split = params_for(scenario, systems, strict)
     plans = [dataclasses.replace(base, system=s, label=s, params=tuple(split.given[s].items())) for s in systems]
     warnings = [w for p in plans if (w := p.cliff()[1]) is not None]
-    return split, warnings
+    return plans, split, warnings
 
 
 def build_workload(spec: WorkloadSpec, seed: int) -> Workload:
