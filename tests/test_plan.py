@@ -131,7 +131,7 @@ def test_a_store_written_by_main_resumes(fixed_code: None, tmp_path: Path) -> No
     assert sorted(p.key for p in sweep.points) == RunStore(store_dir).keys()
     for p in sweep.points:
         stored = json.loads((store_dir / p.key / "config.json").read_text(encoding="utf-8"))
-        assert stored == json.loads(json.dumps(p.config))
+        assert stored == json.loads(json.dumps(p.plan.config))
     outcome = run_sweep(sweep, tmp_path / "out", workers=1, plots=False)
     assert (outcome.runs_computed, outcome.runs_reused) == (0, 4)
     main_rows = pq.read_table(FIXTURES / "sweep-resume-store" / "sweep-main.parquet").to_pylist()
@@ -141,5 +141,5 @@ def test_a_store_written_by_main_resumes(fixed_code: None, tmp_path: Path) -> No
 def test_a_plan_is_a_sweep_point_and_the_same_run(fixed_code: None, tmp_path: Path) -> None:
     sweep = load_sweep(FIXTURES / "sweep-resume.yaml")
     point = sweep.points[0]
-    plan = resolve_plan(load_scenario("trap-1p1d", [*SHORT, f"seed={point.scenario.seed}"]), point.system)
+    plan = resolve_plan(load_scenario("trap-1p1d", [*SHORT, f"seed={point.plan.seed}"]), point.plan.system)
     assert isinstance(point.plan, RunPlan) and plan.key == point.key

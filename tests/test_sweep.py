@@ -194,8 +194,9 @@ def test_derived_axis_and_heatmaps(tmp_path: Path) -> None:
     p = sweep.points[1]
     assert p.coords == {"surge.factor": 1.0, "base_load": 1.0, "base_load.per_min": 3.3, "after": 0.2,
                         "after.per_min": 0.4, "system": "hicache", "seed": 0}
-    assert p.scenario.arrivals.base_per_min == pytest.approx(3.3)
-    assert p.scenario.arrivals.rate_changes[0].at_min == 6 and p.scenario.arrivals.rate_changes[0].per_min == 0.4
+    assert p.plan.scenario.arrivals.base_per_min == pytest.approx(3.3)
+    changes = p.plan.scenario.arrivals.rate_changes
+    assert changes[0].at_min == 6 and changes[0].per_min == 0.4
     outcome = run_sweep(sweep, tmp_path / "out", workers=2)
     assert outcome.runs_computed == 8
     assert [x.name for x in outcome.plots] == ["tiny-heatmap-trapped.png", "goodput.svg"]

@@ -106,7 +106,7 @@ def compute_pending(sweeps: Sequence[Sweep], store: RunStore, *, executor: str =
         record = point.plan.provenance(result, {"sweep": {"file": str(sweep.path.resolve()), "name": sweep.name},
                                                 "point": dict(point.coords), "run_key": point.key,
                                                 "wall_s": result.wall_s, "executor": executor})
-        store.put(point.key, result.tables, result.summary, point.config, record)
+        store.put(point.key, result.tables, result.summary, point.plan.config, record)
 
     run_plans([p.plan for _, p in pending], keep, executor=executor, workers=workers, address=address,
               progress=progress)

@@ -170,7 +170,7 @@ def resolve_sweep(path: Path, spec: SweepSpec) -> Sweep:
     axis_values.update({k: tuple(v) for k, v in spec.axes.items()})
     axis_values.update({n: a.values for n, a in derived})
     axis_values["system"] = systems
-    axis_values.setdefault("seed", tuple(dict.fromkeys(p.scenario.seed for p in points)))
+    axis_values.setdefault("seed", tuple(dict.fromkeys(p.plan.seed for p in points)))
     sweep = Sweep(path, spec, scenario_arg, tuple(points), coord_columns, axis_values, tuple(systems),
                   tuple(warnings), tuple(notes))
     check_plots(sweep)

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from basin.catalog.files import close_names
 from basin.errors import BasinInputError
 from basin.experiments.plan import RunPlan
-from basin.experiments.scenario import Scenario, _anchored, _looks_like_path, _problem, check_key, scenario_path
+from basin.experiments.scenario import _anchored, _looks_like_path, _problem, check_key, scenario_path
 from basin.metrics.summary import RunSummary
 from basin.systems import expand_systems
 
@@ -142,26 +142,6 @@ class Point:
     #: (and the rate it resolved to as NAME.per_min), ``system`` and ``seed``.
     coords: Mapping[str, Any]
     plan: RunPlan
-
-    @property
-    def scenario(self) -> Scenario:
-        return self.plan.scenario
-
-    @property
-    def system(self) -> str:
-        return self.plan.system
-
-    @property
-    def params(self) -> dict[str, object]:
-        return self.plan.param_dict()
-
-    @property
-    def overrides(self) -> tuple[str, ...]:
-        return self.plan.overrides
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return self.plan.config
 
     @property
     def key(self) -> str:

@@ -116,7 +116,7 @@ def load_tuning(file: str | os.PathLike[str]) -> Tuning:
             sweeps += parts
             for i, sweep in enumerate(parts):
                 for p in sweep.points:
-                    resolved = resolved_params(system, p.params)
+                    resolved = resolved_params(system, p.plan.param_dict())
                     values = tuple((k, lookup(resolved, k)) for k in names)
                     if i == 0 and not defaults_of:
                         defaults_of = dict(values)
@@ -124,7 +124,7 @@ def load_tuning(file: str | os.PathLike[str]) -> Tuning:
                     if values not in mine:
                         mine[values] = Setting(system, values, i == 0 or values == tuple(defaults_of.items()),
                                                setting_label(values, defaults_of))
-                    by_cell.setdefault((system, values, label, p.scenario.seed), p)
+                    by_cell.setdefault((system, values, label, p.plan.seed), p)
     runs: list[TuneRun] = []
     seen: set[str] = set()
     for system, mine in settings.items():
@@ -207,10 +207,11 @@ def run_tuning(tuning: Tuning, out_dir: Path, *, executor: str = "local", worker
 
 def _write_record(tuning: Tuning, out_dir: Path, outcome: TuneOutcome, executor: str) -> None:
     first = {r.scenario: r for r in tuning.runs if r.setting.default}
-    scenarios = [(tuning.scenario_args[label], first[label].point.scenario, list(first[label].point.overrides))
+    scenarios = [(tuning.scenario_args[label], first[label].point.plan.scenario,
+                  list(first[label].point.plan.overrides))
                  for label in tuning.scenarios if label in first]
     systems = {s: {"defaults": resolved_params(s, next(r for r in tuning.runs if r.system == s
-                                                        and r.setting.default).point.params),
+                                                        and r.setting.default).point.plan.param_dict()),
                    "grids": list(tuning.spec.systems[s]), "best_setting": outcome.choices[s].best_setting,
                    "best_params": dict(outcome.best_params[s])} for s in tuning.systems}
     data = provenance(scenarios, systems,
