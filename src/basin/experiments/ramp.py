@@ -3,8 +3,8 @@
 A *load ramp* is the one way basin-serve raises load in steps: a
 :class:`LoadRamp` (the arrival rate of each step and the step length) turned
 into a :class:`~basin.experiments.scenario.Scenario` whose
-``arrivals.rate_changes`` switch the Poisson rate at each step, run by
-:func:`basin.experiments.runner.run_scenario`. The cliff profiler below uses
+``arrivals.rate_changes`` switch the Poisson rate at each step, run as a
+run plan (:mod:`basin.experiments.plan`). The cliff profiler below uses
 geometric steps; the model's classification (:mod:`basin.experiments.classify`)
 uses a slow linear one.
 
