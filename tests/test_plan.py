@@ -143,3 +143,15 @@ def test_a_plan_is_a_sweep_point_and_the_same_run(fixed_code: None, tmp_path: Pa
     point = sweep.points[0]
     plan = resolve_plan(load_scenario("trap-1p1d", [*SHORT, f"seed={point.plan.seed}"]), point.plan.system)
     assert isinstance(point.plan, RunPlan) and plan.key == point.key
+
+
+# ------------------------------------------------------------ the layout
+def test_basin_experiments_has_no_import_circle() -> None:
+    """Every import counted, lazy ones included; main had sweep <-> sweep_plots."""
+    from tests.sim.test_imports import circles, import_graph
+
+    graph = import_graph(ROOT / "src" / "basin" / "experiments", "basin.experiments")
+    assert {"plan", "runner", "sweep", "sweep_grid", "sweep_spec", "sweep_plots", "tune"} <= set(graph)
+    assert circles(graph) == []
+    # Plots read a checked sweep and its rows; they import neither the grid nor the running.
+    assert graph["sweep_plots"] & {"sweep", "sweep_grid", "sweep_table", "runner"} == set()
