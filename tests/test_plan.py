@@ -155,3 +155,24 @@ def test_basin_experiments_has_no_import_circle() -> None:
     assert circles(graph) == []
     # Plots read a checked sweep and its rows; they import neither the grid nor the running.
     assert graph["sweep_plots"] & {"sweep", "sweep_grid", "sweep_table", "runner"} == set()
+
+
+def test_the_code_digests_cover_every_module_a_run_is_derived_in() -> None:
+    """A run is derived in the runner, the plan and what they import inside
+    basin.experiments; the sweep store's key and classify's run cache hash
+    those sources, so a change there recomputes (the executor and the store
+    only move results)."""
+    from tests.sim.test_imports import import_graph
+
+    from basin.experiments import classify, store
+
+    graph = import_graph(ROOT / "src" / "basin" / "experiments", "basin.experiments")
+    seen, todo = set(), ["runner"]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += graph[module]
+    deciding = {f"experiments/{m}.py" for m in seen - {"executors", "pool", "store"}}
+    assert deciding == {"experiments/plan.py", "experiments/runner.py", "experiments/scenario.py"}
+    assert deciding <= set(store._RESULT_MODULES) and deciding <= set(classify._RUN_SOURCES)

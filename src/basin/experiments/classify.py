@@ -184,7 +184,7 @@ _RUN_SOURCES = (
     "workload/arrivals.py", "workload/presets.py", "workload/records.py", "workload/synthetic.py",
     "workload/transforms.py", "workload/agent_tables.py",
     "policy/base.py", "policy/hicache.py",
-    "experiments/runner.py", "experiments/scenario.py",
+    "experiments/plan.py", "experiments/runner.py", "experiments/scenario.py",
 )
 
 
