@@ -355,7 +355,7 @@ class RunPlan:
             "cliff_profile": cliff,
             "deployment": self.deployment.model_dump(mode="json"),
             "hardware": load_hardware(self.deployment.hardware).model_dump(mode="json"),
-            "base_rate_per_min": base_rate_per_min(sc, self.deployment),
+            "base_rate_per_min": self.base_rate_per_min,  # None: arrivals are the workload's own
             "files": files,
             "basin_serve_version": basin.__version__,
             "code_digest": code_digest(),
