@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -379,16 +380,17 @@ def test_profiling_again_reproduces_the_shipped_profile() -> None:
 
 def test_profile_runs_its_ramps_on_the_one_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     shipped = load_profile("1p1d-h100")
-    seen: list[tuple[object, int, int | None]] = []
+    seen: list[tuple[int, int | None]] = []
 
-    def fake_pool(fn, jobs, workers=None, progress=None, on_result=None):  # type: ignore[no-untyped-def]
-        seen.append((fn, len(jobs), workers))
-        # Stand-ins for the ramps, in reverse completion order.
-        return [dataclasses.replace(shipped.runs[job[4]]) for job in reversed(jobs)]
+    def fake_pool(plans, on_result=None, *, workers=None, progress=None, **_):  # type: ignore[no-untyped-def]
+        seen.append((len(plans), workers))
+        assert [p.scenario.seed for p in plans] == [0, 1, 2] and all(p.measure is not None for p in plans)
+        # Stand-ins for the ramps' analyses.
+        return [SimpleNamespace(measured=dataclasses.replace(shipped.runs[p.scenario.seed])) for p in plans]
 
-    monkeypatch.setattr(ramp_mod, "run_jobs", fake_pool)
+    monkeypatch.setattr(ramp_mod, "run_plans", fake_pool)
     p = profile_deployment("1p1d-h100", repeats=3, ramp=shipped.ramp, workers=2)
-    assert seen == [(ramp_mod._ramp_job, 3, 2)]
+    assert seen == [(3, 2)]
     assert [r.seed for r in p.runs] == [0, 1, 2]
     assert (p.kappa, p.kappas, p.lambda_c_per_min) == (shipped.kappa, shipped.kappas, shipped.lambda_c_per_min)
     assert p.healthy_step_rate_per_min == shipped.healthy_step_rate_per_min

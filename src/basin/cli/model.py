@@ -43,7 +43,7 @@ def _resolve(scenario: Optional[str], set_: Optional[list[str]], deployment: Opt
              surge_factor: Optional[float], surge_start: float, surge_end: float, duration: Optional[float],
              n0: Optional[float]) -> _Inputs:
     """Deployment, workload and arrivals from flags or from a scenario file."""
-    from basin.experiments.runner import base_rate_per_min, schedule_for
+    from basin.experiments.plan import base_rate_per_min, schedule_for
     from basin.model.curves import named_curve
     from basin.model.params import WorkloadInput, derive_params, load_workload, resolve_deployment
     from basin.model.throughput import FluidModel

@@ -25,7 +25,8 @@ def profile(
     scenario: Optional[str] = typer.Option(None, "--scenario", "-s",
                                            help="Profile the deployment as this scenario runs it: its deployment, "
                                                 "host tier, router and workload section (scaling included); "
-                                                "default --out profiles/basin/scenarios/<scenario>.yaml."),
+                                                "written beside the shipped profiles, in "
+                                                "profiles/basin/scenarios/<scenario>.yaml, unless --out says."),
     set_: Optional[list[str]] = typer.Option(None, "--set", help="Override a field of --scenario, KEY=VALUE "
                                                                   "(as `basin run --set`)."),
     workload: str = typer.Option("terminal-bench", "--workload", "-w",
