@@ -28,6 +28,7 @@ import csv
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -40,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from basin.catalog.cliff_profiles import scenario_profile_path
 
 ROOT = Path(__file__).resolve().parents[1]
 BASIN = [sys.executable, "-m", "basin"]
@@ -278,9 +281,19 @@ def real_run(kind: RunKind, seed: int, args: argparse.Namespace, spec: dict, blo
         _stop(engine, group=True)
 
 
+def sim_sets(kind: RunKind, args: argparse.Namespace) -> list[str]:
+    """The simulation's overrides: the run's, and for BASIN the gateway's
+    profile and parameters, so that both sides run one controller."""
+    sets = [*args.set, *kind.sets]
+    if kind.policy == "basin":
+        sets += [f"policy_params.profile={Path(args.basin_profile).resolve()}",
+                 *(f"policy_params.{p}" for p in args.basin_param)]
+    return sets
+
+
 def sim_run(kind: RunKind, seed: int, args: argparse.Namespace, out: Path) -> None:
     cmd = [*BASIN, "run", args.scenario, "--system", kind.policy, "--seed", str(seed), "--out", str(out / "sim"),
-           "--no-plots", *sum((["--set", s] for s in [*args.set, *kind.sets]), [])]
+           "--no-plots", *sum((["--set", s] for s in sim_sets(kind, args)), [])]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
         raise SystemExit(f"real_trap: the simulation failed: {done.stderr.strip()}")
@@ -367,7 +380,8 @@ def draw_panels(out: Path, kinds: list[str], seeds: list[int]) -> None:
     axes[0][0].set_ylabel("prefix hit rate")
     axes[1][0].set_ylabel("median TTFT (s)")
     axes[2][0].set_ylabel("active sessions")
-    axes[0][-1].legend(fontsize=7)
+    if axes[0][-1].get_legend_handles_labels()[0]:
+        axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "panels.png", dpi=110)
     _say(f"wrote {out / 'panels.png'}")
@@ -381,18 +395,22 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--set", action="append", default=[], help="override a scenario field, as `basin run --set`")
     ap.add_argument("--basin-param", action="append", default=[], help="a BASIN parameter for the gateway, NAME=VALUE")
-    ap.add_argument("--basin-profile", type=Path, help="BASIN's cliff profile for the gateway (`basin profile "
-                    "DEPLOYMENT` writes it; the simulator reads the same file from profiles/basin/)")
+    ap.add_argument("--basin-profile", type=Path, help="BASIN's cliff profile, for the gateway and the simulation "
+                    "alike (default: the scenario's, which `basin profile --scenario NAME` writes)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "real-trap")
     ap.add_argument("--report-only", action="store_true", help="only rebuild the table and panels from OUT")
+    ap.add_argument("--resim", action="store_true", help="run the simulation side of finished real runs again "
+                    "(after the model or its profile changed); the real runs are kept")
     args = ap.parse_args(argv)
 
     if not args.report_only:
         scenario = _scenario(args.scenario, args.set)
         kinds = run_kinds(scenario)
-        if "basin" in args.runs and (args.basin_profile is None or not args.basin_profile.is_file()):
-            raise SystemExit(f"real_trap: the basin run needs --basin-profile FILE (got {args.basin_profile}); "
-                             f"make it with `basin profile {scenario['deployment']}`")
+        if args.basin_profile is None:
+            args.basin_profile = scenario_profile_path(scenario["name"])
+        if "basin" in args.runs and not args.basin_profile.is_file():
+            raise SystemExit(f"real_trap: the basin run needs BASIN's cliff profile {args.basin_profile}; "
+                             f"make it with `basin profile --scenario {args.scenario}`, or give --basin-profile FILE")
         spec = _manifest()
         block = int(spec["serve"]["block_size_tokens"])
         blocks = _pool_tokens(scenario["deployment"]) // block
@@ -400,7 +418,14 @@ def main(argv: list[str]) -> int:
             for seed in args.seeds:
                 folder = args.out / name / f"seed{seed}"
                 if (folder / "run.json").is_file():
-                    _say(f"{name} seed {seed}: done before, kept")
+                    if args.resim:
+                        _say(f"{name} seed {seed}: simulation again, beside the real run kept")
+                        shutil.rmtree(folder / "sim", ignore_errors=True)
+                        sim_run(kinds[name], seed, args, folder)
+                    else:
+                        _say(f"{name} seed {seed}: done before, kept")
+                    continue
+                if args.resim:
                     continue
                 _say(f"{name} seed {seed}: real run (about {scenario['duration_min']:g} min)")
                 started = time.time()

@@ -11,14 +11,8 @@ import numpy as np
 import pytest
 
 from basin.errors import BasinInputError
-from basin.experiments.runner import (
-    arrival_schedule,
-    base_rate_per_min,
-    check_runnable,
-    deployment_for,
-    scenario_arrivals,
-    schedule_for,
-)
+from basin.experiments.plan import arrival_schedule, base_rate_per_min, deployment_for, schedule_for
+from basin.experiments.runner import check_runnable, scenario_arrivals
 from basin.experiments.scenario import load_scenario
 from basin.workload.arrivals import (
     SHIPPED_SHAPES,

@@ -24,7 +24,7 @@ from aiohttp import web
 from tests.cli_helpers import run_basin
 from tests.support.local_app import start_app
 
-from basin.calibrate.fit import fit_batch, fit_context, fit_prefill, spread
+from basin.calibrate.fit import fit_batch, fit_context, fit_nonnegative, fit_prefill, spread
 from basin.catalog import load_deployment, load_hardware
 from basin.errors import BasinInputError
 
@@ -41,6 +41,24 @@ def test_prefill_fit_recovers_known_costs_and_keeps_residuals() -> None:
     assert 1 / fit["s_per_token"] == pytest.approx(36000, rel=0.05)
     assert fit["attention_s_per_token_position"] == pytest.approx(2.24e-10, rel=0.15)
     assert len(fit.residuals) == len(u) and 0 < fit.rms_residual < 0.05
+
+
+def test_prefill_fit_separates_the_front_ends_read_of_every_prompt_token() -> None:
+    rng = np.random.default_rng(2)
+    u = np.array([64, 156, 380, 926, 2256, 5497, 13395, 32640, 78, 296, 2084, 16313], dtype=float)
+    p = np.array([0] * 8 + [16128] * 4, dtype=float)
+    steps = np.ceil(u / 2048)
+    truth = 0.015 * steps + u / 32000 + 1.6e-8 * u * (p + u / 2) + 1.9e-6 * (u + p)
+    fit = fit_prefill(u, p, truth * (1 + rng.normal(0, 0.01, len(u))), steps)
+    assert fit["s_per_prompt_token"] == pytest.approx(1.9e-6, rel=0.15)
+    assert 1 / fit["s_per_token"] == pytest.approx(32000, rel=0.05) and fit.rms_residual < 0.03
+    # Without the term a long cached prefix is underpredicted: the fit bends the others instead.
+    three = fit_nonnegative(("fixed_s", "s_per_token", "attention"),
+                            np.column_stack([steps, u, u * (p + u / 2)]), truth)
+    assert three.rms_residual > 3 * fit.rms_residual
+    # Uncached calls alone cannot tell it from the per-token cost: it is 0, not a guess.
+    alone = fit_prefill(u[:8], p[:8], truth[:8], steps[:8])
+    assert alone["s_per_prompt_token"] == 0.0 and alone.names[-1] == "s_per_prompt_token"
 
 
 def test_decode_fits_separate_context_from_batch() -> None:

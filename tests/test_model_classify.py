@@ -5,6 +5,8 @@ grid's scores, the run cache, the one pool; and the model's own side
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -157,7 +159,14 @@ def test_run_grid_on_fabricated_runs(tmp_path, monkeypatch) -> None:
         return ramp_timeseries(n, hit=_step(100, 0.95, 0.4, n) if cache_first else np.full(n, 0.95),
                                decoding=_step(150 if cache_first else 80, 0.5, 0.95, n))
 
-    monkeypatch.setattr(classify, "simulate_columns", fake)
+    def fake_pool(plans, on_result=None, **_):
+        # The simulator stood in for: each plan's measure, as the worker would hand it back.
+        out = [SimpleNamespace(measured=fake(p.scenario)) for p in plans]
+        for i, r in enumerate(out):
+            on_result(i, r)
+        return out
+
+    monkeypatch.setattr(classify, "run_plans", fake_pool)
     pts = [GridPoint("1p1d-h100", 0.0, 1.0), GridPoint("1p1d-h100", 40.0, 1.0)]
     from basin.model.hitcurve import PaperHitCurve
 
@@ -194,18 +203,18 @@ def test_the_models_own_classification_needs_no_simulator() -> None:
 def test_classify_runs_on_the_one_pool(tmp_path, monkeypatch) -> None:
     seen: list[int] = []
 
-    def fake_pool(fn, jobs, workers=None, progress=None, on_result=None):
-        seen.append(len(jobs))
-        assert fn is classify._simulate_job and workers == 2
+    def fake_pool(plans, on_result=None, *, workers=None, progress=None, **_):
+        seen.append(len(plans))
+        assert workers == 2 and all(p.measure is classify.stored_columns for p in plans)
         out = []
-        for i, sc in enumerate(jobs):
-            ts = ramp_timeseries(int(sc.duration_min), hit=np.full(int(sc.duration_min), 0.95),
-                                 decoding=_step(80, 0.5, 0.95, int(sc.duration_min)))
-            on_result(i, ts)
-            out.append(ts)
+        for i, p in enumerate(plans):
+            n = int(p.scenario.duration_min)
+            ts = ramp_timeseries(n, hit=np.full(n, 0.95), decoding=_step(80, 0.5, 0.95, n))
+            out.append(SimpleNamespace(measured=ts))
+            on_result(i, out[-1])
         return out
 
-    monkeypatch.setattr(classify, "run_jobs", fake_pool)
+    monkeypatch.setattr(classify, "run_plans", fake_pool)
     from basin.model.hitcurve import PaperHitCurve
 
     pts = [GridPoint("1p1d-h100", 40.0, 1.0)]

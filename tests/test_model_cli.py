@@ -123,3 +123,14 @@ def test_the_model_does_not_import_the_simulator() -> None:
 
 
 # The import rules between parts (lazy imports included) are tests/test_layering.py's.
+
+
+def test_analyze_names_the_engine_scheduling_policy_it_assumes() -> None:
+    """The model has no LPM: it reports the policy and, for lpm, says its
+    answers are first-come's."""
+    assert _json(["analyze", "--scenario", "trap-1p1d"])["schedule_policy"] == "fcfs"
+    d = _json(["analyze", "--scenario", "trap-1p1d", "--set", "engine.schedule_policy=lpm"])
+    assert d["schedule_policy"] == "lpm"
+    assert any("assumes the prefill queue is served first-come" in line for line in d["simulator_differs"])
+    res = runner.invoke(app, ["model", "analyze", "--scenario", "trap-1p1d"])
+    assert res.exit_code == 0 and "engine scheduling fcfs" in " ".join(res.stdout.split())

@@ -18,7 +18,7 @@ from tests.cli_helpers import run_basin
 from tests.policy_helpers import info, signals
 
 from basin.catalog.cliff_profiles import BASIN_PROFILE_DIR
-from basin.experiments.runner import deployment_for, params_for, resolved_params
+from basin.experiments.plan import deployment_for, params_for, resolved_params
 from basin.experiments.scenario import load_scenario
 from basin.policy.base import Admission, Signals
 from basin.policy.basin import (

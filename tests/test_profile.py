@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -232,6 +233,61 @@ def test_cli_rejects_bad_options_cleanly(capsys: pytest.CaptureFixture[str], tmp
     assert code == 2 and "--start-rate" in err
 
 
+def test_profile_by_scenario_refuses_the_flags_the_scenario_sets(capsys: pytest.CaptureFixture[str]) -> None:
+    for extra, flag, key in ((["1p1d-h100"], "DEPLOYMENT", "deployment"),
+                             (["--workload", "swe-bench"], "--workload", "workload.name"),
+                             (["--router", "affinity"], "--router", "router"),
+                             (["--host-ratio", "0"], "--host-ratio", "host_ratio")):
+        code, _, err = _run(capsys, "profile", "--scenario", "real-trap-vllm", *extra)
+        assert code == 2 and f"{flag} does not apply beside --scenario" in err and f"--set {key}=" in err, err
+    code, _, err = _run(capsys, "profile", "--set", "seed=3", "1p1d-h100")
+    assert code == 2 and "give --scenario NAME with it" in err
+    code, _, err = _run(capsys, "profile")
+    assert code == 2 and "give a deployment" in err and "--scenario" in err
+    code, _, err = _run(capsys, "profile", "--scenario", "no-such-scenario")
+    assert code == 2 and "no-such-scenario" in err
+
+
+def test_a_scenarios_workload_section_reaches_the_ramp() -> None:
+    from basin.experiments.scenario import WorkloadSpec, load_scenario
+
+    sc = load_scenario("real-trap-vllm")
+    dep = override_deployment(sc.deployment, None, sc.host_ratio)
+    ramp = default_ramp(dep, sc.workload, seed=0, steps=2, step_min=5, settle_min=1)
+    run = profile_scenario(sc.deployment, dep, sc.workload, ramp, seed=0)
+    assert run.workload == sc.workload  # prompt, output and tool gaps scaled as the scenario scales them
+    plain = default_ramp(dep, "terminal-bench", seed=0, steps=2, step_min=5, settle_min=1)
+    # Shorter, smaller sessions hold less context: the knee rate, and so the ramp, moves up.
+    assert ramp.start_per_min > plain.start_per_min
+    assert ramp_mod.workload_label(sc.workload) == "terminal-bench, tools x0.25, output x0.1, prompt x0.12"
+    assert ramp_mod.workload_label("swe-bench") == "swe-bench"
+    synth = ramp_mod.workload_spec(WorkloadSpec(name="swe-pro", prompt=0.5), 300)
+    assert synth["sessions"] == 300 and synth["prompt"] == 0.5
+    assert ramp_mod.workload_spec(WorkloadSpec(name="swe-pro", sessions=40), 300)["sessions"] == 40
+
+
+def test_small_ramp_of_a_scenario_profiles_its_deployment(capsys: pytest.CaptureFixture[str],
+                                                         tmp_path: Path) -> None:
+    out = tmp_path / "scenario.yaml"
+    code, stdout, err = _run(capsys, "profile", "--scenario", "real-trap-vllm", "--repeats", "1", "--workers", "1",
+                             "--start-rate", "4", "--end-rate", "20", "--steps", "4", "--step-min", "10",
+                             "--settle-min", "3", "--out", str(out), "--json")
+    assert code == 0, err
+    p = load_profile(out)
+    assert p.deployment == "vllm-cpu" and p.host_ratio == 0.0
+    assert p.workload == "terminal-bench, tools x0.25, output x0.1, prompt x0.12"
+    assert p.gpu_cache_tokens == 97_280  # the calibrated pool, as measured
+    assert json.loads(stdout)["path"] == str(out)
+
+
+def test_a_scenarios_profile_goes_beside_the_shipped_ones_by_name() -> None:
+    from basin.cli.profile import _target
+
+    target = _target(None, "real-trap-vllm", [], "terminal-bench", None, None)
+    assert target.default_path == prof_mod.BASIN_PROFILE_DIR / "scenarios" / "real-trap-vllm.yaml"
+    assert target.deployment.endswith("profiles/calibrated/vllm-cpu.yaml")
+
+
 # ---------------------------------------------------------------------------
 # one small real ramp
 
@@ -259,6 +315,16 @@ def test_small_real_ramp_gives_a_sane_profile(capsys: pytest.CaptureFixture[str]
         assert len(run.step_completions_per_min) == 6
         assert run.lambda_c_per_min == pytest.approx(max(run.step_completions_per_min))
         assert len(run.points_x) == len(run.points_hit) > 10
+
+
+def test_shipped_scenario_profiles_match_their_scenarios() -> None:
+    from basin.experiments.scenario import load_scenario
+
+    for path in sorted((prof_mod.BASIN_PROFILE_DIR / "scenarios").glob("*.yaml")):
+        p = load_profile(path)
+        sc = load_scenario(path.stem)
+        assert p.workload == ramp_mod.workload_label(sc.workload), path
+        assert p.kappa == pytest.approx(lower_quartile(p.kappas), abs=1e-4), path
 
 
 def test_shipped_profiles_load_and_are_consistent() -> None:
@@ -314,16 +380,17 @@ def test_profiling_again_reproduces_the_shipped_profile() -> None:
 
 def test_profile_runs_its_ramps_on_the_one_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     shipped = load_profile("1p1d-h100")
-    seen: list[tuple[object, int, int | None]] = []
+    seen: list[tuple[int, int | None]] = []
 
-    def fake_pool(fn, jobs, workers=None, progress=None, on_result=None):  # type: ignore[no-untyped-def]
-        seen.append((fn, len(jobs), workers))
-        # Stand-ins for the ramps, in reverse completion order.
-        return [dataclasses.replace(shipped.runs[job[4]]) for job in reversed(jobs)]
+    def fake_pool(plans, on_result=None, *, workers=None, progress=None, **_):  # type: ignore[no-untyped-def]
+        seen.append((len(plans), workers))
+        assert [p.scenario.seed for p in plans] == [0, 1, 2] and all(p.measure is not None for p in plans)
+        # Stand-ins for the ramps' analyses.
+        return [SimpleNamespace(measured=dataclasses.replace(shipped.runs[p.scenario.seed])) for p in plans]
 
-    monkeypatch.setattr(ramp_mod, "run_jobs", fake_pool)
+    monkeypatch.setattr(ramp_mod, "run_plans", fake_pool)
     p = profile_deployment("1p1d-h100", repeats=3, ramp=shipped.ramp, workers=2)
-    assert seen == [(ramp_mod._ramp_job, 3, 2)]
+    assert seen == [(3, 2)]
     assert [r.seed for r in p.runs] == [0, 1, 2]
     assert (p.kappa, p.kappas, p.lambda_c_per_min) == (shipped.kappa, shipped.kappas, shipped.lambda_c_per_min)
     assert p.healthy_step_rate_per_min == shipped.healthy_step_rate_per_min

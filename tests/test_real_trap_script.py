@@ -90,4 +90,42 @@ def test_the_basin_run_refuses_to_start_without_its_cliff_profile(tmp_path):
                            "--out", str(tmp_path), "--basin-profile", str(tmp_path / "missing.yaml")],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode != 0
-    assert "--basin-profile" in done.stderr and "basin profile" in done.stderr
+    assert "missing.yaml" in done.stderr and "basin profile --scenario real-trap-vllm" in done.stderr
+
+
+def test_the_simulated_basin_runs_the_gateways_profile_and_parameters(script, tmp_path):
+    import argparse
+
+    kinds = script.run_kinds({"surge": {"end_min": 6.25}})
+    args = argparse.Namespace(set=["seed=1"], basin_profile=tmp_path / "p.yaml", basin_param=["reserve=0.2"])
+    assert script.sim_sets(kinds["basin"], args) == [
+        "seed=1", "policy_params.predictor=growth:1.5", f"policy_params.profile={tmp_path / 'p.yaml'}",
+        "policy_params.reserve=0.2"]
+    assert script.sim_sets(kinds["surge"], args) == ["seed=1"]
+    # By default both sides read the scenario's own profile.
+    assert script.scenario_profile_path("real-trap-vllm") == ROOT / "profiles/basin/scenarios/real-trap-vllm.yaml"
+
+
+def test_resim_runs_only_the_simulation_side_of_finished_runs(script, tmp_path, monkeypatch):
+    _fake_run(tmp_path / "surge" / "seed0", {"state": "trapped", "goodput_per_h": 40.0},
+              {"state": "healthy", "goodput_per_h": 300.0}, {})
+    simulated: list[tuple[str, int]] = []
+
+    def fake_sim(kind, seed, args, folder):
+        assert not (folder / "sim").exists()  # the old simulation is gone first
+        simulated.append((kind.name, seed))
+        (folder / "sim" / "hicache").mkdir(parents=True)
+        (folder / "sim" / "hicache" / "summary.json").write_text(json.dumps({"state": "trapped",
+                                                                           "goodput_per_h": 44.0}))
+
+    def no_real_run(*args):
+        raise AssertionError("--resim never starts a real run")
+
+    monkeypatch.setattr(script, "sim_run", fake_sim)
+    monkeypatch.setattr(script, "real_run", no_real_run)
+    monkeypatch.setattr(script, "_manifest", lambda: {"serve": {"block_size_tokens": 128}})
+    monkeypatch.setattr(script, "_pool_tokens", lambda deployment: 98_304)
+    assert script.main(["--runs", "surge", "--seeds", "0", "1", "--out", str(tmp_path), "--resim"]) == 0
+    assert simulated == [("surge", 0)]  # seed 1 has no real run: nothing to simulate beside
+    assert "| surge | 0 | trapped | trapped | 40 | 44 | 0.1 |" in (tmp_path / "table.md").read_text()
+    assert json.loads((tmp_path / "surge" / "seed0" / "run.json").read_text()) == {"cpu": {}}

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from basin.errors import BasinInputError
-from basin.experiments.runner import check_runnable, deployment_for, scenario_arrivals
+from basin.experiments.plan import deployment_for
+from basin.experiments.runner import check_runnable, scenario_arrivals
 from basin.experiments.scenario import load_scenario
 from basin.gateway.record import RecordFile, TrafficRecorder
 from basin.gateway.record import recorded_arrivals as gateway_recorded_arrivals
@@ -164,3 +165,24 @@ def test_drawing_a_small_trace_many_times_over_warns(recorded):
     with pytest.warns(UserWarning, match="replay each about"):
         arrivals = scenario_arrivals(scenario, deployment_for(scenario), workload)
     assert len(arrivals) > 2 * len(workload.sessions)
+
+
+def test_a_sweep_runs_recorded_arrivals(recorded, tmp_path):
+    """A sweep's store key reads the base rate from the run plan, which has
+    none with ``arrivals.from_workload`` (the sweep was refused for it before)."""
+    import pyarrow.parquet as pq
+
+    from basin.experiments.sweep import run_sweep
+    from basin.experiments.sweep_grid import load_sweep
+
+    path = tmp_path / "recorded.yaml"
+    path.write_text("name: recorded\nscenario: trap-1p1d\nset:\n"
+                    + "".join(f"  {o.split('=', 1)[0]}: {o.split('=', 1)[1]}\n" for o in _overrides(recorded))
+                    + "axes:\n  seed: [0, 1]\nsystems: [hicache]\n", encoding="utf-8")
+    sweep = load_sweep(path)
+    assert [p.plan.config["base_rate_per_min"] for p in sweep.points] == [None, None]
+    assert len({p.key for p in sweep.points}) == 2
+    outcome = run_sweep(sweep, tmp_path / "out", workers=1, plots=False)
+    rows = pq.read_table(outcome.table).to_pylist()
+    assert outcome.runs_computed == 2 and [r["seed"] for r in rows] == [0, 1]
+    assert all(r["n_measured"] > 0 for r in rows)

@@ -14,7 +14,8 @@ from tests.cli_helpers import run_basin
 from basin.catalog import load_deployment, load_hardware
 from basin.cli.options import parse_jobs
 from basin.errors import BasinInputError
-from basin.experiments.runner import check_runnable, cliff_used, params_for
+from basin.experiments.plan import cliff_used, params_for
+from basin.experiments.runner import check_runnable
 from basin.experiments.scenario import load_scenario
 from basin.paths import SCENARIO_DIR
 

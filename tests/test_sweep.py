@@ -19,7 +19,8 @@ from tests.cli_helpers import run_basin
 from basin.errors import BasinInputError
 from basin.experiments.pool import JobProgress
 from basin.experiments.store import RunStore
-from basin.experiments.sweep import load_sweep, run_sweep
+from basin.experiments.sweep import run_sweep
+from basin.experiments.sweep_grid import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -193,8 +194,9 @@ def test_derived_axis_and_heatmaps(tmp_path: Path) -> None:
     p = sweep.points[1]
     assert p.coords == {"surge.factor": 1.0, "base_load": 1.0, "base_load.per_min": 3.3, "after": 0.2,
                         "after.per_min": 0.4, "system": "hicache", "seed": 0}
-    assert p.scenario.arrivals.base_per_min == pytest.approx(3.3)
-    assert p.scenario.arrivals.rate_changes[0].at_min == 6 and p.scenario.arrivals.rate_changes[0].per_min == 0.4
+    assert p.plan.scenario.arrivals.base_per_min == pytest.approx(3.3)
+    changes = p.plan.scenario.arrivals.rate_changes
+    assert changes[0].at_min == 6 and changes[0].per_min == 0.4
     outcome = run_sweep(sweep, tmp_path / "out", workers=2)
     assert outcome.runs_computed == 8
     assert [x.name for x in outcome.plots] == ["tiny-heatmap-trapped.png", "goodput.svg"]
@@ -324,7 +326,7 @@ def test_progress_bar_on_a_terminal() -> None:
 
 def test_systems_may_be_one_name(tmp_path: Path) -> None:
     """`systems: all` (as docs/sweeps.md writes it) and `systems: [all]` are the same sweep."""
-    from basin.experiments.sweep import load_sweep
+    from basin.experiments.sweep_grid import load_sweep
 
     one = load_sweep(write_sweep(tmp_path, "axes:\n  seed: [0]\nsystems: all\n", name="one"))
     listed = load_sweep(write_sweep(tmp_path, "axes:\n  seed: [0]\nsystems: [all]\n", name="listed"))

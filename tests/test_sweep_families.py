@@ -12,7 +12,8 @@ import pytest
 from tests.cli_helpers import run_basin
 from tests.test_sweep import ROOT, write_sweep
 
-from basin.experiments.sweep import load_sweep, run_sweep
+from basin.experiments.sweep import run_sweep
+from basin.experiments.sweep_grid import load_sweep
 from basin.experiments.sweep_plots import draw_plots, frontier_cells, relative_bars
 
 # ------------------------------------------------------------ validation
@@ -104,10 +105,10 @@ def test_cases_are_an_axis_applied_after_set(tmp_path: Path) -> None:
     assert [(p.coords["case"], p.coords["seed"]) for p in sweep.points] == [
         ("default", 0), ("default", 1), ("tight", 0), ("tight", 1), ("big", 0), ("big", 1)]
     tight = sweep.points[2]
-    assert tight.scenario.policy_params == {"interval_s": 20, "margin": 0.7}  # the case refines set's mapping
-    assert tight.overrides == ('policy_params={"interval_s": 20}', "policy_params.margin=0.7", "seed=0")
-    assert sweep.points[4].scenario.surge.factor == 3.0
-    assert sweep.points[0].scenario.surge.factor == 2.0  # the scenario's own
+    assert tight.plan.scenario.policy_params == {"interval_s": 20, "margin": 0.7}  # the case refines set's mapping
+    assert tight.plan.overrides == ('policy_params={"interval_s": 20}', "policy_params.margin=0.7", "seed=0")
+    assert sweep.points[4].plan.scenario.surge.factor == 3.0
+    assert sweep.points[0].plan.scenario.surge.factor == 2.0  # the scenario's own
     assert len({p.key for p in sweep.points}) == 6
 
 
@@ -125,7 +126,7 @@ def test_cases_relative_plot_runs(tmp_path: Path) -> None:
                                  "plot: {kind: relative, x: case, field: goodput_per_h, reference: default}\n")
     sweep = load_sweep(path)
     assert sweep.points[0].key != sweep.points[2].key
-    assert sweep.points[0].config["policy_params"] == sweep.points[2].config["policy_params"]
+    assert sweep.points[0].plan.config["policy_params"] == sweep.points[2].plan.config["policy_params"]
     outcome = run_sweep(sweep, tmp_path / "out", workers=1)
     assert outcome.runs_computed == 6 and outcome.runs_total == 6
     assert [p.name for p in outcome.plots] == ["tiny-relative-goodput_per_h.png"]
@@ -213,7 +214,8 @@ def test_frontier_with_groups_draws_a_panel_each(tmp_path: Path) -> None:
 def test_shipped_family_sweeps_load() -> None:
     fig08 = load_sweep(ROOT / "sweeps" / "fig08-recoverable-load.yaml")
     assert {p.kind for p in fig08.spec.plot} == {"frontier"} and len(fig08.points) == 432
-    starts = {p.coords["case"]: (p.scenario.workload.tool_time, p.scenario.surge.start_min) for p in fig08.points}
+    starts = {p.coords["case"]: (p.plan.scenario.workload.tool_time, p.plan.scenario.surge.start_min)
+              for p in fig08.points}
     assert starts == {"tools-x1": (1, 30), "tools-x3": (3, 60), "tools-x10": (10, 120)}
     assert len(load_sweep(ROOT / "sweeps" / "fig08-recoverable-load-1p3d.yaml").points) == 72
     fig24 = load_sweep(ROOT / "sweeps" / "fig24-sensitivity.yaml")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.test_sweep import write_sweep
 
-from basin.experiments.sweep import load_sweep
+from basin.experiments.sweep_grid import load_sweep
 from basin.experiments.sweep_plots import _label, axis_label
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from tests.test_sweep import write_sweep
 
-from basin.experiments.sweep import load_sweep, run_sweep
+from basin.experiments.sweep import run_sweep
+from basin.experiments.sweep_grid import load_sweep
 
 
 def test_ray_and_local_give_the_same_table(tmp_path: Path) -> None:

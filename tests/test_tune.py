@@ -14,7 +14,9 @@ import pytest
 from tests.cli_helpers import run_basin
 
 from basin.errors import BasinInputError
-from basin.experiments.tune import DEFAULTS, Outcome, load_tuning, select
+from basin.experiments.tune import load_tuning
+from basin.experiments.tune_report import Outcome, select
+from basin.experiments.tune_spec import DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -53,6 +53,34 @@ def test_bad_input_is_refused_with_the_field(capsys):
     assert code == 2 and "host_ratio" in err
 
 
+def test_the_engine_scheduling_policy_is_an_input(capsys):
+    r = assess("1p1d-h100", rate=3.3)
+    assert (r.schedule_policy, r.schedule_policy_origin) == ("fcfs", "the hardware profile's prefill.schedule_policy")
+    lpm = assess("1p1d-h100", rate=3.3, schedule_policy="lpm")
+    assert lpm.schedule_policy == "lpm" and lpm.verdict == r.verdict  # the model's answer is fcfs's
+    code, out, _ = run_basin(capsys, "vulnerable", "1p1d-h100", "--rate", "3.3", "--schedule-policy", "lpm")
+    text = " ".join(out.split())
+    assert code == 0 and "engine scheduling: lpm (given (--schedule-policy))" in text
+    assert "so this verdict is fcfs's" in text
+    code, out, _ = run_basin(capsys, "vulnerable", "1p1d-h100", "--json")
+    assert code == 0 and json.loads(out)["schedule_policy"] == "fcfs"
+
+
+def test_a_bad_or_inapplicable_schedule_policy_is_refused(capsys):
+    code, _, err = run_basin(capsys, "vulnerable", "1p1d-h100", "--schedule-policy", "sjf")
+    assert code == 2 and "--schedule-policy 'sjf': expected one of fcfs or lpm" in err
+    code, _, err = run_basin(capsys, "vulnerable", "1C-h100-nvl", "--schedule-policy", "lpm")
+    assert code == 2 and "colocated" in err and "use fcfs" in err
+
+
+@pytest.mark.scenario
+def test_under_lpm_the_named_surge_does_not_trap_the_simulator():
+    """The fluid model assumes first-come order; the simulator under SGLang's
+    LPM keeps the named surge's seed 1 (trapped under fcfs, below) healthy."""
+    r = assess("1p1d-h100", rate=3.3, schedule_policy="lpm")
+    assert [s["state"] for s in simulate(r, (1,))] == ["healthy"]
+
+
 @pytest.mark.scenario
 def test_the_named_surge_traps_in_the_simulator_and_half_its_excess_does_not():
     """1P1D H100 GPU-only at 3.3/min: the model names a surge of about x2.1

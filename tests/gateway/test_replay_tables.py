@@ -16,7 +16,8 @@ from tests.emulate.harness import emulator
 from basin.catalog import load_hardware
 from basin.cli.replay import _write_scenario_run, scenario_plan
 from basin.errors import BasinInputError
-from basin.experiments.runner import deployment_for, run_scenario
+from basin.experiments.plan import deployment_for
+from basin.experiments.runner import run_scenario
 from basin.experiments.scenario import load_scenario
 from basin.gateway.replay import (
     ReplayCall,

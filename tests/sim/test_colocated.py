@@ -89,6 +89,25 @@ def test_one_call_prefills_in_chunks_then_decodes_and_leaves_its_prompt_cached()
     assert e.inst.cache.lock_handles == 0 and e.inst.cache.inflight == 0
 
 
+def test_the_front_ends_read_of_a_whole_prompt_is_charged_once_to_the_next_step():
+    front = 2e-6
+    e = Engine(100_000, chunk_tokens=2048)
+    e.inst.frontend_s_per_prompt_token = front
+    first = e.call(1, 400, 2)
+    e.run()
+    p = PrefillCosts(HW.prefill)
+    assert first.first_token_s == pytest.approx(HW.prefill.step_overhead_s + p.tokens_cost_s(400, 0) + 400 * front,
+                                                rel=1e-12)
+    # Cached or not, every token of the prompt is read; the next call pays for all 1,000.
+    start = e.loop.now
+    again = e.call(1, 1000, 2)
+    e.run()
+    assert again.cached == 384
+    assert again.first_token_s - start == pytest.approx(
+        HW.prefill.step_overhead_s + p.tokens_cost_s(616, 384) + 1000 * front, abs=1e-9)
+    assert e.inst.frontend_owed_s == 0.0
+
+
 def test_decodes_and_a_prefill_chunk_share_one_step_and_its_budget():
     e = Engine(100_000, chunk_tokens=256)
     a = e.call(1, 100, 50)

@@ -20,6 +20,22 @@ def _cached(cache, key) -> None:
     cache.insert(key, 0.0, n)
 
 
+def test_the_front_ends_read_of_each_queued_prompt_goes_to_the_next_step():
+    loop = EventLoop()
+    done: list = []
+    pre = HW.prefill.model_copy(update={"frontend_s_per_prompt_token": 2e-6})
+    inst = PrefillInstance(0, pre, RadixCache(1 << 20, page_tokens=64), loop, lambda r: done.append(loop.now))
+    a, b = request(1, 300), request(2, 500)
+    inst.enqueue(a)  # starts a step at once, which owes a's read
+    inst.enqueue(b)  # arrives during it: the next step owes b's
+    loop.run(10.0)
+    cost = inst.costs.tokens_cost_s
+    first = HW.prefill.step_overhead_s + cost(300, 0) + 300 * 2e-6
+    second = HW.prefill.step_overhead_s + cost(500, 0) + 500 * 2e-6
+    assert done == [pytest.approx(first, rel=1e-12), pytest.approx(first + second, rel=1e-12)]
+    assert len(done) == 2 and inst.frontend_owed_s == 0.0
+
+
 def test_a_prompt_larger_than_the_pool_is_refused_at_once():
     inst = prefill(0, cache_tokens=4096)
     with pytest.raises(RequestNeverFits) as err:

@@ -75,14 +75,29 @@ def fit_nonnegative(names: Sequence[str], x: np.ndarray, y: np.ndarray) -> Linea
     return LinearFit(tuple(names), tuple(float(c) for c in coef), tuple(float(r) for r in residuals))
 
 
+#: The prefill fit's coefficients, in order.
+PREFILL_TERMS = ("fixed_s", "s_per_token", "attention_s_per_token_position", "s_per_prompt_token")
+
+
 def fit_prefill(uncached: Sequence[float], cached: Sequence[float], ttft_s: Sequence[float],
                 steps: Sequence[float] | None = None) -> LinearFit:
-    """``ttft = fixed * steps + u * s_per_token + attention * u * (p + u / 2)`` (``steps`` 1 when not given)."""
+    """``ttft = fixed * steps + u * s_per_token + attention * u * (p + u / 2)
+    + (u + p) * s_per_prompt_token`` (``steps`` 1 when not given).
+
+    The last term is what every prompt token costs, cached or not (the
+    server's tokenizer and prefix lookup). Only calls after a cached prefix
+    tell it from ``s_per_token``: without one it is 0.
+    """
     u = np.asarray(uncached, dtype=float)
     p = np.asarray(cached, dtype=float)
     n = np.ones_like(u) if steps is None else np.asarray(steps, dtype=float)
-    x = np.column_stack([n, u, u * (p + u / 2.0)])
-    return fit_nonnegative(("fixed_s", "s_per_token", "attention_s_per_token_position"), x, np.asarray(ttft_s))
+    columns = [n, u, u * (p + u / 2.0)]
+    if np.any(p > 0) and len(u) > len(PREFILL_TERMS):
+        fit = fit_nonnegative(PREFILL_TERMS, np.column_stack([*columns, u + p]), np.asarray(ttft_s))
+        if fit["s_per_token"] > 0:
+            return fit
+    fit = fit_nonnegative(PREFILL_TERMS[:3], np.column_stack(columns), np.asarray(ttft_s))
+    return LinearFit(PREFILL_TERMS, (*fit.coef, 0.0), fit.residuals)
 
 
 def fit_context(context_tokens: Sequence[float], step_s: Sequence[float]) -> LinearFit:

@@ -403,7 +403,8 @@ class Calibrator:
                                   "the engine cannot be measured (is it answering from a cache of whole answers?)")
 
     def _ttft_s(self, uncached: float, cached: float) -> float:
-        return self.m.prefill_steps(uncached) * self._fit("fixed_s") + self._compute_s(uncached, cached)
+        return (self.m.prefill_steps(uncached) * self._fit("fixed_s") + self._compute_s(uncached, cached)
+                + (uncached + cached) * self._fit("s_per_prompt_token"))
 
     def _fit(self, name: str) -> float:
         f = self.m.prefill_fit

@@ -6,6 +6,7 @@ Which measurement sets each figure of the hardware profile:
 | --- | --- |
 | ``prefill.linear_tokens_per_s``, ``attention_s_per_token_position`` | the prefill fit |
 | ``prefill.step_overhead_s`` | colocated: the prefill fit's fixed cost per prefill step; PD: 0 |
+| ``prefill.frontend_s_per_prompt_token`` | the prefill fit's cost of every prompt token, cached or not |
 | ``transfer_s`` | colocated: 0 (no transfer); PD: the prefill fit's fixed cost per call |
 | ``prefill.prefix_cache_tokens`` | filling and re-reading; else the declared pool; else the lower bound reached |
 | ``prefill.chunk_tokens`` | the engine's declared budget, or ``--chunk-tokens``; else the longest prompt measured |
@@ -96,6 +97,7 @@ def build_profile(name: str, m: Measured, itl_slo_s: float) -> CalibratedProfile
         prefill=PrefillProfile(prefix_cache_tokens=cache, chunk_tokens=chunk, step_overhead_s=overhead_s,
                                linear_tokens_per_s=linear,
                                attention_s_per_token_position=pf["attention_s_per_token_position"],
+                               frontend_s_per_prompt_token=pf["s_per_prompt_token"],
                                load_tokens_per_s=linear, load_threshold_tokens=0),
         decode=DecodeProfile(kv_tokens=kv, reserve_output_tokens=0, step_base_s=base,
                              step_per_request_s=per_request, step_per_context_token_s=per_context,

@@ -16,10 +16,10 @@ from basin.catalog.deployments import (
     load_deployment,
     with_host_ratio,
 )
-from basin.catalog.hardware import DecodeProfile, HardwareProfile, PrefillProfile, load_hardware
+from basin.catalog.hardware import DecodeProfile, HardwareProfile, PrefillProfile, SchedulePolicy, load_hardware
 
 __all__ = [
     "ROUTERS", "CacheCapacity", "CriticalRate", "DecodeProfile", "Deployment", "HardwareProfile",
-    "PrefillProfile", "RouterName", "cache_capacity", "critical_rate", "effective_cache_tokens",
+    "PrefillProfile", "RouterName", "SchedulePolicy", "cache_capacity", "critical_rate", "effective_cache_tokens",
     "load_deployment", "load_hardware", "require_critical_rate", "with_host_ratio",
 ]

@@ -353,6 +353,13 @@ def default_profile_path(deployment: str | Deployment, router: str | None = None
     return BASIN_PROFILE_DIR / f"{profile_name(deployment, router, workload, host_ratio)}.yaml"
 
 
+def scenario_profile_path(scenario: str) -> Path:
+    """Where ``basin profile --scenario`` writes the profile of a deployment
+    as one scenario runs it (its workload scaled, say): beside the shipped
+    profiles, named after the scenario, and used only when a run names it."""
+    return BASIN_PROFILE_DIR / "scenarios" / f"{scenario}.yaml"
+
+
 def profile_path_as_run(deployment: Deployment, workload: str = DEFAULT_WORKLOAD) -> Path:
     """The profile of ``deployment`` as a run uses it (its host tier and router
     applied, its name a shipped deployment's): where BASIN's cliff and the

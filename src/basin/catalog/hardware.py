@@ -3,7 +3,7 @@ from ``profiles/hardware/`` (the one source of truth for them)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -13,6 +13,13 @@ from basin.yamlfile import load_yaml, validation_message
 
 if TYPE_CHECKING:
     import numpy as np
+
+
+#: The order a prefill instance's waiting queue is served in: ``fcfs``, first
+#: come first served (SGLang's default, and what the paper's trap implies);
+#: ``lpm``, SGLang's ``--schedule-policy lpm``, the longest cached prefix first
+#: while few requests wait (:mod:`basin.sim.prefill` states the rules).
+SchedulePolicy = Literal["fcfs", "lpm"]
 
 
 class _Frozen(BaseModel):
@@ -28,12 +35,21 @@ class PrefillProfile(_Frozen):
     load_tokens_per_s: float = Field(gt=0)
     load_threshold_tokens: int = Field(ge=0)
     state_slots: int | None = Field(default=None, gt=0)
+    #: Server time for every prompt token of a call, cached ones included:
+    #: its tokenizer and prefix lookup, where they share the cores that
+    #: compute (a CPU server). Charged once a call, to the server's next step
+    #: after it arrives. 0 where they run beside the accelerator.
+    frontend_s_per_prompt_token: float = Field(default=0.0, ge=0)
     #: Whether a request waiting in the prefill queue holds its matched prefix.
     #: SGLang matches a waiting request when it schedules it and locks nothing
     #: before (False); True is the older model of this simulator, kept to
     #: compare against (docs/calibration.md, "Where a waiting request holds its
     #: prefix").
     lock_queued_prefix: bool = False
+    #: How the waiting queue is ordered (:data:`SchedulePolicy`). A PD prefill
+    #: instance is SGLang's and takes either; a colocated (vLLM) server has no
+    #: LPM and refuses it.
+    schedule_policy: SchedulePolicy = "fcfs"
 
     @overload
     def tokens_cost_s(self, n_tokens: float, start_position: float) -> float: ...

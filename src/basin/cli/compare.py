@@ -78,7 +78,8 @@ def compare(
         run_compare,
         run_folders,
     )
-    from basin.experiments.runner import check_runnable, provenance, write_provenance
+    from basin.experiments.plan import provenance, write_provenance
+    from basin.experiments.runner import check_runnable
     from basin.experiments.scenario import load_scenario
     from basin.systems import expand_systems
 
@@ -144,7 +145,7 @@ def compare(
     if family is not None:
         family_plots = draw_families(rows, loaded, folders, runs_dir, family, bands=bands,
                                      include_parked=parked, switch_on=switch_on)
-    from basin.experiments.runner import params_for, resolved_params
+    from basin.experiments.plan import params_for, resolved_params
 
     write_provenance(out, provenance(loaded, {
         s: {"policy_params_by_scenario": {arg: resolved_params(s, params_for(sc, [s], strict=False).given[s])
@@ -173,7 +174,7 @@ def draw_families(rows: Sequence[CompareRow], loaded: Sequence[tuple[str, Scenar
                   folders: Mapping[str, str], runs_dir: Path, family: Path, *, bands: str | None,
                   include_parked: bool, switch_on: float | None) -> dict[str, Path]:
     """The ``--family`` figure of each scenario, from the run tables under ``runs_dir``."""
-    from basin.experiments.compare import switch_on_start
+    from basin.experiments.plan import switch_on_start
     from basin.experiments.plots import intervention_marks, plot_family
     from basin.metrics.io import read_run
 

@@ -33,6 +33,8 @@ class _Inputs:
     duration_min: float
     n0: float | None
     title: str
+    #: The engine's prefill scheduling policy (the model assumes fcfs).
+    schedule_policy: str = "fcfs"
 
 
 def _resolve(scenario: Optional[str], set_: Optional[list[str]], deployment: Optional[str],
@@ -41,7 +43,7 @@ def _resolve(scenario: Optional[str], set_: Optional[list[str]], deployment: Opt
              surge_factor: Optional[float], surge_start: float, surge_end: float, duration: Optional[float],
              n0: Optional[float]) -> _Inputs:
     """Deployment, workload and arrivals from flags or from a scenario file."""
-    from basin.experiments.runner import base_rate_per_min, schedule_for
+    from basin.experiments.plan import base_rate_per_min, schedule_for
     from basin.model.curves import named_curve
     from basin.model.params import WorkloadInput, derive_params, load_workload, resolve_deployment
     from basin.model.throughput import FluidModel
@@ -86,6 +88,7 @@ def _resolve(scenario: Optional[str], set_: Optional[list[str]], deployment: Opt
         if n0 is None and sc.arrivals.warm_sessions > 0:
             n0 = float(sc.arrivals.warm_sessions)
         title = f"scenario {sc.name}"
+        policy = sc.engine.schedule_policy or hw.prefill.schedule_policy
     else:
         if set_:
             raise BasinInputError("--set changes a scenario's fields; give --scenario NAME with it")
@@ -102,10 +105,12 @@ def _resolve(scenario: Optional[str], set_: Optional[list[str]], deployment: Opt
         elif surge_start != SURGE_START_DEFAULT or surge_end != SURGE_END_DEFAULT:
             raise BasinInputError("--surge-start and --surge-end place a surge: give --surge-factor (and --rate) too")
         title = dep.name
+        policy = hw.prefill.schedule_policy
     wl = load_workload(spec)
     params = derive_params(dep, hw, wl, hit_curve.knee_ratio, hit_curve.label, workload_label=spec.label())
     return _Inputs(FluidModel(params, hit_curve, sharpness), rate if rate is not None else
-                   (schedule.base_per_min if schedule is not None else None), schedule, duration_min, n0, title)
+                   (schedule.base_per_min if schedule is not None else None), schedule, duration_min, n0, title,
+                   policy)
 
 
 _SCENARIO = typer.Option(None, "--scenario", help="Take deployment, workload and arrivals from a scenario "
@@ -165,6 +170,7 @@ def analyze_cmd(
     result = analyze(inp.model, inp.rate, schedule=inp.schedule, duration_min=inp.duration_min, n0=inp.n0,
                      budget=budget, backlog_sessions=backlog, tolerance=tolerance, stages=stages)
     data = result.to_dict()
+    data["schedule_policy"] = inp.schedule_policy
     data["simulator_differs"] = simulator_differs(data, tool_time)
     if as_json:
         print(json.dumps(data))
@@ -204,6 +210,13 @@ def simulator_differs(d: dict[str, Any], tool_time: float) -> list[str]:
             "simulator, whose cache keeps low reuse after a collapse and whose arrivals are random, often "
             "traps (the model's boundary for trap-1p1d is +102% from N_s, where the simulator traps 3 of 5 "
             "seeds); check with `basin run` or `basin vulnerable --simulate`")
+    if d.get("schedule_policy", "fcfs") != "fcfs":
+        from basin.sim.prefill import LPM_MAX_WAITING
+
+        lines.append(f"engine.schedule_policy {d['schedule_policy']}: the fluid model assumes the prefill queue is "
+                     "served first-come, so these answers are fcfs's; SGLang's lpm (the longest cached prefix first "
+                     f"while at most {LPM_MAX_WAITING} wait) can keep the engine out of the trap, which only the "
+                     "simulator models (`basin run`, docs/engines.md)")
     if tool_time >= LONG_TOOL_TIME:
         lines.append(f"tool time x{tool_time:g}: the simulator's cliff lies to the right of the model's single hit "
                      "curve, so the model's cache-limited peak and band are pessimistic here")
@@ -229,7 +242,8 @@ def _print_analysis(d: dict[str, Any], title: str) -> None:
         v = p["value"]
         params.add_row(p["symbol"], f"{v:,.4g}" if abs(v) < 100 else f"{v:,.0f}", p["unit"], p["origin"])
     console.print(params)
-    console.print(f"hit curve: {d['hit_curve']}; smooth minimum p = {d['smooth_min_sharpness']:g}")
+    console.print(f"hit curve: {d['hit_curve']}; smooth minimum p = {d['smooth_min_sharpness']:g}; engine "
+                  f"scheduling {d.get('schedule_policy', 'fcfs')} (the model assumes first-come order)")
     res = Table(title="answers")
     res.add_column("quantity")
     res.add_column("value", justify="right")

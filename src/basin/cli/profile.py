@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -19,8 +20,15 @@ _err = Console(stderr=True)
 
 
 def profile(
-    deployment: str = typer.Argument(..., help="Deployment name (profiles/deployments/), a YAML file, "
-                                               "or a shape such as 2P4D-h200."),
+    deployment: Optional[str] = typer.Argument(None, help="Deployment name (profiles/deployments/), a YAML file, "
+                                                          "or a shape such as 2P4D-h200 (or give --scenario)."),
+    scenario: Optional[str] = typer.Option(None, "--scenario", "-s",
+                                           help="Profile the deployment as this scenario runs it: its deployment, "
+                                                "host tier, router and workload section (scaling included); "
+                                                "written beside the shipped profiles, in "
+                                                "profiles/basin/scenarios/<scenario>.yaml, unless --out says."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="Override a field of --scenario, KEY=VALUE "
+                                                                  "(as `basin run --set`)."),
     workload: str = typer.Option("terminal-bench", "--workload", "-w",
                                  help="Workload preset or file the ramp draws sessions from."),
     router: Optional[str] = typer.Option(None, "--router", "-r",
@@ -55,6 +63,8 @@ def profile(
     Example:
 
         basin profile 2p6d-h200 --router least-loaded --repeats 3 --out results/2p6d-least-loaded.yaml
+
+        basin profile --scenario real-trap-vllm
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -70,12 +80,14 @@ def profile(
     from basin.cli.outputs import check_out_file
 
     check_out_file(out)
+    target = _target(deployment, scenario, set_, workload, router, host_ratio)
+    deployment, router, host_ratio = target.deployment, target.router, target.host_ratio
     dep = override_deployment(deployment, router, host_ratio)
     overrides: dict[str, Any] = {name: value for name, value in (
         ("start_per_min", start_rate), ("end_per_min", end_rate), ("steps", steps),
         ("step_min", step_min), ("settle_min", settle_min)) if value is not None}
-    ramp = default_ramp(dep, workload, seed=seed, **overrides)
-    path = out or default_profile_path(deployment, router, workload, host_ratio)
+    ramp = default_ramp(dep, target.workload, seed=seed, **overrides)
+    path = out or target.default_path or default_profile_path(deployment, router, workload, host_ratio)
     if out is None and not IN_CHECKOUT:  # never write into an installed package
         path = Path("results") / "profiles" / path.name
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} ramps"),
@@ -88,7 +100,7 @@ def profile(
             bar.update(task, completed=done, total=total)
             bar.refresh()
 
-        prof = profile_deployment(deployment, workload, router, repeats=repeats, seed=seed, progress=advance,
+        prof = profile_deployment(deployment, target.workload, router, repeats=repeats, seed=seed, progress=advance,
                                   host_ratio=host_ratio, ramp=ramp, workers=workers)
     save_profile(prof, path)
     png = path.with_suffix(".png") if plot else None
@@ -117,6 +129,45 @@ def profile(
                   f"x {prof.ramp.step_min} min")
     Console().print(table)
     _err.print(f"profile in {path}" + (f", plot in {png}" if png else ""))
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What to profile: a deployment (name, shape or file) as run, and the
+    workload the ramps draw from."""
+
+    deployment: str
+    router: str | None
+    host_ratio: float | None
+    workload: Any  # a name, or a scenario's WorkloadSpec
+    #: Where the profile goes unless --out says: a scenario's own file.
+    default_path: Path | None = None
+
+
+def _target(deployment: str | None, scenario: str | None, set_: list[str] | None, workload: str,
+            router: str | None, host_ratio: float | None) -> _Target:
+    # Lazy: the CLI imports its commands' modules only when they run.
+    from basin.catalog.cliff_profiles import DEFAULT_WORKLOAD, scenario_profile_path
+    from basin.experiments.scenario import load_scenario
+
+    if scenario is None:
+        if set_:
+            raise BasinInputError("--set changes a scenario's fields; give --scenario NAME with it")
+        if deployment is None:
+            raise BasinInputError("give a deployment (e.g. basin profile 1p1d-h100) or --scenario NAME")
+        return _Target(deployment, router, host_ratio, workload)
+    # Flags the scenario sets are refused rather than silently ignored.
+    shadowed = [(flag, key) for flag, key, given in (
+        ("DEPLOYMENT", "deployment", deployment is not None),
+        ("--workload", "workload.name", workload != DEFAULT_WORKLOAD),
+        ("--router", "router", router is not None),
+        ("--host-ratio", "host_ratio", host_ratio is not None)) if given]
+    if shadowed:
+        flag, key = shadowed[0]
+        raise BasinInputError(f"{flag} does not apply beside --scenario, which sets it; "
+                              f"use --set {key}=VALUE instead")
+    sc = load_scenario(scenario, list(set_ or []))
+    return _Target(sc.deployment, sc.router, sc.host_ratio, sc.workload, scenario_profile_path(sc.name))
 
 
 def _f(value: float | None) -> str:

@@ -155,7 +155,8 @@ def scenario_plan(sc: Scenario) -> tuple[list[SessionArrival], tuple[Termination
     (same streams, same seed), so the replay sends the simulated run's sessions.
     A policy switch is the gateway's business and is refused here."""
     from basin.errors import BasinInputError
-    from basin.experiments.runner import base_rate_per_min, build_workload, deployment_for, schedule_for
+    from basin.experiments.plan import base_rate_per_min, deployment_for, schedule_for
+    from basin.experiments.runner import build_workload
     from basin.gateway.replay import Termination
     from basin.workload.arrivals import draw_arrivals
 
@@ -194,7 +195,7 @@ def _scenario_replay(name: str, overrides: list[str], target: str, speed: float,
                      seed: int | None, out: Path | None, as_json: bool, chars_per_token: float | None = None) -> None:
     from basin.catalog import cache_capacity, load_hardware
     from basin.errors import BasinInputError
-    from basin.experiments.runner import deployment_for
+    from basin.experiments.plan import deployment_for
     from basin.experiments.scenario import load_scenario
     from basin.gateway.replay import ReplayLog, ReplaySettings, check_target
     from basin.workload.reference import unloaded_reference_s
@@ -233,7 +234,7 @@ def _write_scenario_run(out_dir: Path, log: ReplayLog, sc: Scenario, system: str
                         capacity: float, itl_slo_s: float, text_density: str = "") -> Any:
     """Write what was measured, however the run ended: the three tables, the
     summary over the time it lasted, and replay.json (target, speed, errors)."""
-    from basin.experiments.runner import command_line
+    from basin.experiments.plan import command_line
     from basin.experiments.scenario import scenario_dict
     from basin.gateway.replay import run_tables
     from basin.metrics.io import write_run

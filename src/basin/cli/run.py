@@ -54,7 +54,8 @@ def run(
 
     Example: basin run trap-1p1d --set surge.factor=2.0 --system hicache --out results/trap
     """
-    from basin.experiments.runner import check_runnable, provenance, remove_stale_runs, run_scenario, write_provenance
+    from basin.experiments.plan import provenance, write_provenance
+    from basin.experiments.runner import remove_stale_runs, run_plan, runnable_plans
     from basin.experiments.scenario import load_scenario, scenario_dict
     from basin.metrics.io import write_run
     from basin.systems import expand_systems
@@ -71,7 +72,9 @@ def run(
         overrides.append(f"seed={seed}")
     sc = load_scenario(scenario, overrides)
     systems = expand_systems(system or [sc.policy])  # 'all': every registered policy; unknown names refused
-    split, warnings = check_runnable(sc, systems)  # parameters, deployment, base rate: before any run
+    # Parameters, deployment, base rate: checked before any run. Run here, one
+    # after the other, for the live progress of each (a pool reports only whole runs).
+    plans, split, warnings = runnable_plans(sc, systems, argument=scenario, overrides=overrides)
     for line in split.notes:
         _err.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
     for line in warnings:
@@ -85,18 +88,18 @@ def run(
 
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), console=_err) as progress:
-            for name in systems:
-                task = progress.add_task(f"{sc.name} / {name}", total=sc.duration_min * 60.0)
+            for plan in plans:
+                task = progress.add_task(f"{sc.name} / {plan.system}", total=sc.duration_min * 60.0)
 
                 def on_progress(t: float, task: TaskID = task) -> None:
                     progress.update(task, completed=t)
 
-                runs.append(run_scenario(sc, name, on_progress, params=dict(split.given[name])))
+                runs.append(run_plan(plan, on_progress))
                 progress.update(task, completed=sc.duration_min * 60.0)
     else:  # a log, CI or --json/--csv: plain lines on stderr, as sweeps print (JobProgress)
-        for name in systems:
-            lines = PlainProgress(f"{sc.name} / {name}", sc.duration_min)
-            runs.append(run_scenario(sc, name, lines, params=dict(split.given[name])))
+        for plan in plans:
+            lines = PlainProgress(f"{sc.name} / {plan.system}", sc.duration_min)
+            runs.append(run_plan(plan, lines))
             lines(sc.duration_min * 60.0)
     mine = [r.system for r in runs]
     earlier = EarlierRuns(out_dir, [], [], [], {})
@@ -179,7 +182,8 @@ def earlier_runs(out_dir: Path, resolved: dict[str, Any], mine: Sequence[str]) -
     """The other systems' run folders in ``out_dir``, split by whether the
     earlier command ran the same resolved scenario (per its provenance.json
     and summary.csv); nothing is removed."""
-    from basin.experiments.runner import PROVENANCE_FILE, RUN_MARKERS
+    from basin.experiments.plan import PROVENANCE_FILE
+    from basin.experiments.runner import RUN_MARKERS
     from basin.jsonvalues import json_value
 
     if not out_dir.is_dir():
@@ -216,7 +220,7 @@ class PlainProgress:
         self._finished = False
 
     def __call__(self, t_s: float) -> None:
-        """Called with the simulated clock in seconds (``run_scenario``'s progress)."""
+        """Called with the simulated clock in seconds (``run_plan``'s progress)."""
         minute = t_s / 60.0
         now = time.monotonic()
         done = minute >= self.total_min

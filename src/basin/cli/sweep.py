@@ -18,7 +18,7 @@ from basin.errors import BasinInputError
 
 if TYPE_CHECKING:
     from basin.experiments.store import RunStore
-    from basin.experiments.sweep import Sweep
+    from basin.experiments.sweep_spec import Sweep
 
 _err = Console(stderr=True)
 
@@ -61,7 +61,9 @@ def _sweep(file: Path, out: Path | None, jobs: int | None, executor: str, addres
            as_json: bool, plots: bool) -> None:
     from basin.experiments.executors import check_executor
     from basin.experiments.store import STORE_DIR, RunStore
-    from basin.experiments.sweep import TABLE_FILE, load_sweep, pending_points, run_sweep
+    from basin.experiments.sweep import pending_points, run_sweep
+    from basin.experiments.sweep_grid import load_sweep
+    from basin.experiments.sweep_table import TABLE_FILE
 
     workers = parse_jobs(jobs)
     check_out_dir(out)

@@ -20,7 +20,8 @@ from basin.errors import BasinInputError
 
 if TYPE_CHECKING:
     from basin.experiments.store import RunStore
-    from basin.experiments.tune import TuneOutcome, Tuning
+    from basin.experiments.tune import TuneOutcome
+    from basin.experiments.tune_spec import Tuning
 
 _err = Console(stderr=True)
 
@@ -114,7 +115,8 @@ def _goodput(value: float) -> str:
 
 
 def _print_result(tuning: Tuning, outcome: TuneOutcome) -> None:
-    from basin.experiments.tune import DEFAULTS, RULE
+    from basin.experiments.tune_report import RULE
+    from basin.experiments.tune_spec import DEFAULTS
 
     console = Console(width=max(Console().width, 180))
     table = Table(title=f"tune {tuning.name}: goodput (sessions/h) at the defaults -> at the best setting, "

@@ -7,6 +7,11 @@ Everything but the confirming simulation is the fluid model's
 (:mod:`basin.model`: equilibria, first limit, the reference admission
 budget, the smallest trapping surge by bisection of its dynamics); the
 default load comes from the deployment's critical rate (its cliff profile's) where one exists.
+
+The engine's scheduling policy is an input: the fluid model assumes the
+prefill queue is served first-come (SGLang's default), so under SGLang's
+LPM its verdict is FCFS's, and the report says so; the confirming
+simulation runs the policy given (docs/engines.md).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from basin.cli.options import parse_seeds
 from basin.errors import BasinInputError
 
 if TYPE_CHECKING:
-    from basin.catalog import Deployment
+    from basin.catalog import Deployment, SchedulePolicy
 
 #: The default load: this fraction of the deployment's critical rate (the
 #: paper's main scenarios run at half of it), else of the model's departure peak.
@@ -31,6 +36,8 @@ DEFAULT_LOAD_FRACTION = 0.5
 SURGE_DURATIONS_MIN: tuple[float, ...] = (5.0, 10.0, 20.0)
 #: Sessions the simulation's workload pool holds (the shipped scenarios' size).
 SIM_SESSIONS = 2000
+#: What the fluid model assumes of the engine's prefill queue.
+MODEL_SCHEDULE_POLICY: SchedulePolicy = "fcfs"
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,9 @@ class Report:
     surges: tuple[dict[str, Any], ...]
     named_surge: dict[str, Any] | None
     admission: dict[str, Any] | None
+    #: The engine's prefill scheduling policy (fcfs | lpm) and where it came from.
+    schedule_policy: SchedulePolicy = MODEL_SCHEDULE_POLICY
+    schedule_policy_origin: str = ""
     simulation: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,12 +99,34 @@ def _hardware_source(hardware: str) -> str:
             + ("measured profile" if d.source == "calibrated" else "roofline (basin deployment show)"))
 
 
+def _schedule_policy(given: str | None, dep: Deployment,
+                     profile_policy: SchedulePolicy) -> tuple[SchedulePolicy, str]:
+    """The engine's scheduling policy and its origin: ``given`` (the flag),
+    else the hardware profile's; refused where the engine has no such order."""
+    from typing import cast, get_args
+
+    from basin.catalog import SchedulePolicy
+
+    allowed = get_args(SchedulePolicy)
+    if given is None:
+        policy, origin = profile_policy, "the hardware profile's prefill.schedule_policy"
+    elif given in allowed:
+        policy, origin = cast(SchedulePolicy, given), "given (--schedule-policy)"
+    else:
+        raise BasinInputError(f"--schedule-policy {given!r}: expected one of {' or '.join(allowed)}")
+    if policy != "fcfs" and dep.topology == "colocated":
+        raise BasinInputError(f"--schedule-policy {policy}: {dep.name} is colocated (a vLLM server), whose "
+                              "scheduler has no longest-prefix-match order; use fcfs or a PD deployment")
+    return policy, origin
+
+
 def assess(deployment: str, *, host_ratio: float | None = None, rate: float | None = None,
            workload: str = "terminal-bench", surge_min: float = 10.0, curve: str = "paper",
-           durations: tuple[float, ...] = SURGE_DURATIONS_MIN) -> Report:
+           durations: tuple[float, ...] = SURGE_DURATIONS_MIN, schedule_policy: str | None = None) -> Report:
     """The fluid model's answer for ``deployment`` at ``rate`` (default: see
     :func:`_default_rate`); the smallest surge is searched for each of
-    ``durations`` and ``surge_min``, the one named."""
+    ``durations`` and ``surge_min``, the one named. ``schedule_policy`` (default:
+    the hardware profile's) is reported and simulated; the model assumes fcfs."""
     from basin.model import WorkloadInput, build_model, classify_limit, departure_peak, reference_budget
     from basin.model.equilibria import low_reuse_rate, stable_and_unstable
     from basin.model.params import resolve_deployment
@@ -105,6 +137,7 @@ def assess(deployment: str, *, host_ratio: float | None = None, rate: float | No
     if not (math.isfinite(surge_min) and surge_min > 0):
         raise BasinInputError(f"--surge-min {surge_min!r}: give the surge's length in minutes, a number > 0")
     dep, hw = resolve_deployment(deployment, host_ratio)
+    policy, policy_origin = _schedule_policy(schedule_policy, dep, hw.prefill.schedule_policy)
     model = build_model(deployment, WorkloadInput(name=workload), host_ratio=host_ratio, curve=curve)
     peak = departure_peak(model)
     d_low = low_reuse_rate(model)
@@ -159,7 +192,8 @@ def assess(deployment: str, *, host_ratio: float | None = None, rate: float | No
                 admission[f"outcome_{key}"] = surge_outcome(model, rate, f, head.duration_min, ns, budget)
     return Report(dep.name, dep.shape, hw.name if hw.name == dep.hardware else dep.hardware,
                   _hardware_source(dep.hardware), dep.host_ratio, workload, rate, rate_origin, verdict, reason,
-                  limit.first_limit, limit.ratio, (lo, hi), peak.n_star, ns, nu, tuple(surges), named, admission)
+                  limit.first_limit, limit.ratio, (lo, hi), peak.n_star, ns, nu, tuple(surges), named, admission,
+                  policy, policy_origin)
 
 
 def simulate(report: Report, seeds: tuple[int, ...], factor: float | None = None,
@@ -167,7 +201,7 @@ def simulate(report: Report, seeds: tuple[int, ...], factor: float | None = None
     """Simulate the named surge (or ``factor``) under HiCache alone, from the
     stable population, once per seed: the simulator's verdict."""
     from basin.experiments.runner import run_scenario
-    from basin.experiments.scenario import ArrivalSpec, Scenario, SurgeSpec, WorkloadSpec
+    from basin.experiments.scenario import ArrivalSpec, EngineSpec, Scenario, SurgeSpec, WorkloadSpec
 
     if report.named_surge is None or report.n_stable is None:
         raise BasinInputError(f"{report.deployment} at {report.rate_per_min:.2f}/min is {report.verdict}: "
@@ -182,7 +216,9 @@ def simulate(report: Report, seeds: tuple[int, ...], factor: float | None = None
                                            warm_sessions=int(round(report.n_stable))),
                       surge=SurgeSpec(start_min=surge["start_min"], end_min=surge["start_min"] + surge["duration_min"],
                                       factor=f),
-                      duration_min=120.0, measure_end_min=90.0, policy="hicache", seed=seed)
+                      duration_min=120.0, measure_end_min=90.0, policy="hicache",
+                      engine=EngineSpec(schedule_policy=report.schedule_policy),
+                      seed=seed)
         s = run_scenario(sc).summary
         out.append({"seed": seed, "factor": f, "state": s.state.value, "reason": s.state_reason})
     return out
@@ -193,6 +229,8 @@ def _pct(f: float) -> str:
 
 
 def render(r: Report) -> str:
+    from basin.sim.prefill import LPM_MAX_WAITING
+
     tier = "GPU-only cache" if r.host_ratio == 0 else f"host tier {r.host_ratio:g}x"
     lines = [f"{r.deployment} ({r.shape}, {r.hardware}, {tier}; costs: {r.hardware_source}), {r.workload}, "
              f"at {r.rate_per_min:.2f} sessions/min ({r.rate_origin})", ""]
@@ -200,6 +238,12 @@ def render(r: Report) -> str:
                   "safe": "NOT VULNERABLE at this load.",
                   "overloaded": "OVERLOADED: it cannot keep up at this load, surge or not."}[r.verdict])
     lines.append(f"  why: {r.reason}")
+    lines.append(f"  engine scheduling: {r.schedule_policy} ({r.schedule_policy_origin}); "
+                 + ("the fluid model assumes first-come order, as here" if r.schedule_policy == MODEL_SCHEDULE_POLICY
+                    else "the fluid model assumes first-come (fcfs) order, so this verdict is fcfs's: "
+                         f"SGLang's lpm serves the longest cached prefixes first while at most {LPM_MAX_WAITING} "
+                         "requests wait, which can keep the engine out of the trap (docs/engines.md); --simulate "
+                         "runs lpm"))
     lines.append(f"  populations: stable {r.n_stable if r.n_stable is None else f'{r.n_stable:,.1f}'}, "
                  f"tipping {r.n_unstable if r.n_unstable is None else f'{r.n_unstable:,.1f}'}, "
                  f"peak departures at {r.n_star:,.1f} sessions")
@@ -222,7 +266,8 @@ def render(r: Report) -> str:
                             if "backlog" in (a["outcome_named_surge"], a["outcome_three_times_excess"]) else ""))
     if r.simulation:
         states = ", ".join(f"seed {s['seed']}: {s['state']}" for s in r.simulation)
-        lines.append(f"  simulated (HiCache alone, {_pct(r.simulation[0]['factor'])}): {states}")
+        lines.append(f"  simulated (HiCache alone, engine {r.schedule_policy}, {_pct(r.simulation[0]['factor'])}): "
+                     f"{states}")
     return "\n".join(lines)
 
 
@@ -238,6 +283,10 @@ def vulnerable(
     workload: str = typer.Option("terminal-bench", "--workload", "-w", help="Workload preset or file."),
     surge_min: float = typer.Option(10.0, "--surge-min", help="Length of the surge to name (minutes)."),
     curve: str = typer.Option("paper", "--curve", help="Hit curve: paper, simulator, or a CSV ratio,hit_rate."),
+    schedule_policy: Optional[str] = typer.Option(
+        None, "--schedule-policy", help="The engine's prefill scheduling: fcfs or lpm (SGLang's "
+                                        "--schedule-policy); default: the hardware profile's. The fluid model "
+                                        "assumes fcfs; --simulate runs the one given."),
     simulate_: bool = typer.Option(False, "--simulate", help="Confirm the named surge in the simulator."),
     seeds: str = typer.Option("0,1", "--seeds", help="Seeds of the confirming simulation."),
     as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
@@ -248,7 +297,7 @@ def vulnerable(
     """
     seed_list = parse_seeds(seeds)
     report = assess(deployment, host_ratio=host_ratio, rate=rate, workload=workload, surge_min=surge_min,
-                    curve=curve)
+                    curve=curve, schedule_policy=schedule_policy)
     if simulate_ and report.named_surge is not None:
         report = Report(**{**report.__dict__, "simulation": simulate(report, seed_list)})
     elif simulate_:

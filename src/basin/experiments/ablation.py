@@ -9,7 +9,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from basin.errors import BasinInputError
-from basin.experiments.pool import run_jobs
+from basin.experiments.plan import RunPlan, resolve_plan
+from basin.experiments.runner import run_plans
+from basin.experiments.scenario import load_scenario
 
 #: name -> (system, parameters)
 VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
@@ -40,22 +42,11 @@ class AblationRow:
     state: str
 
 
-def _run_one(job: tuple[str, list[str], str]) -> tuple[str, str, dict[str, object]]:
-    # Lazy: this import loads pydantic (314 modules); only this path uses it.
-    from basin.experiments.runner import run_scenario
-
-    # Lazy: this import loads pydantic (276 modules); only this path uses it.
-    from basin.experiments.scenario import load_scenario
-
-    scenario, overrides, variant = job
+def variant_plan(scenario: str, overrides: Sequence[str], variant: str) -> RunPlan:
+    """The plan of one variant on ``scenario`` (a name or a path)."""
     system, params = VARIANTS[variant]
-    run = run_scenario(load_scenario(scenario, overrides), system, params=dict(params))
-    s = run.summary
-    return scenario, variant, {
-        "goodput_per_h": s.goodput_per_h, "completed_fraction": s.completed_fraction,
-        "shed_fraction": s.shed_fraction, "first_call_wait_p90_s": s.first_call_wait_p90_s,
-        "ttft_p90_s": s.ttft_p90_s, "state": s.state.value,
-    }
+    return resolve_plan(load_scenario(scenario, list(overrides)), system, dict(params), argument=scenario,
+                        overrides=tuple(overrides))
 
 
 def run_ablation(scenarios: Sequence[str], variants: Sequence[str] | None = None,
@@ -69,18 +60,17 @@ def run_ablation(scenarios: Sequence[str], variants: Sequence[str] | None = None
         raise BasinInputError(f"unknown ablation variant(s) {', '.join(unknown)}: use {', '.join(VARIANTS)}")
     if "basin" not in chosen:
         chosen.insert(0, "basin")
-    jobs = [(sc, list(overrides), v) for sc in scenarios for v in chosen]
-    results = {(sc, v): figures for sc, v, figures in run_jobs(_run_one, jobs, workers, progress)}
+    cells = [(sc, v) for sc in scenarios for v in chosen]
+    plans = [variant_plan(sc, overrides, v) for sc, v in cells]
+    results = dict(zip(cells, (r.summary for r in run_plans(plans, workers=workers, progress=progress))))
     rows = []
     for sc in scenarios:
-        full = float(results[(sc, "basin")]["goodput_per_h"])  # type: ignore[arg-type]
+        full = results[(sc, "basin")].goodput_per_h
         for v in chosen:
-            r = results[(sc, v)]
-            g = float(r["goodput_per_h"])  # type: ignore[arg-type]
-            rows.append(AblationRow(sc, v, g, g / full if full > 0 else float("nan"),
-                                    float(r["completed_fraction"]), float(r["shed_fraction"]),  # type: ignore[arg-type]
-                                    float(r["first_call_wait_p90_s"]), float(r["ttft_p90_s"]),  # type: ignore[arg-type]
-                                    str(r["state"])))
+            s = results[(sc, v)]
+            g = s.goodput_per_h
+            rows.append(AblationRow(sc, v, g, g / full if full > 0 else float("nan"), s.completed_fraction,
+                                    s.shed_fraction, s.first_call_wait_p90_s, s.ttft_p90_s, s.state.value))
     return rows
 
 

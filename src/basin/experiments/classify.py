@@ -3,9 +3,8 @@ service first, over a grid of deployments (``basin model classify``), and
 the simulator's own hit curve (``basin model fit-curve``).
 
 The model's side is :mod:`basin.model.classify` (the grid and the model's
-verdicts); this module runs the simulator through the public run API
-(:func:`basin.experiments.runner.run_scenario`), over the one process pool
-(:func:`basin.experiments.pool.run_jobs`).
+verdicts); this module runs the simulator as run plans over the one
+executor (:func:`basin.experiments.runner.run_plans`).
 
 How the simulator's first limit is measured
 -------------------------------------------
@@ -68,8 +67,9 @@ import basin
 from basin import diskcache
 from basin.catalog import load_deployment, load_hardware
 from basin.errors import BasinInputError
-from basin.experiments.pool import run_jobs
+from basin.experiments.plan import PlanResult, resolve_plan
 from basin.experiments.ramp import LoadRamp
+from basin.experiments.runner import ScenarioRun, run_plans
 from basin.experiments.scenario import Scenario, load_scenario
 from basin.metrics import cache_cliff_points
 from basin.model.classify import GRID_SESSIONS, GRID_WORKLOAD, GridPoint, grid_model, grid_workload, model_limits
@@ -184,7 +184,7 @@ _RUN_SOURCES = (
     "workload/arrivals.py", "workload/presets.py", "workload/records.py", "workload/synthetic.py",
     "workload/transforms.py", "workload/agent_tables.py",
     "policy/base.py", "policy/hicache.py",
-    "experiments/runner.py", "experiments/scenario.py",
+    "experiments/plan.py", "experiments/runner.py", "experiments/scenario.py",
 )
 
 
@@ -251,19 +251,11 @@ class RunCache:
             warnings.warn(f"could not keep a classify run in {self.directory}: {exc}", stacklevel=2)
 
 
-def simulate_columns(scenario: Scenario) -> dict[str, np.ndarray]:
-    """Run one scenario and keep the timeseries columns the detection and the
-    cliff need (a top-level function so worker processes can receive it)."""
-    # Lazy: this import loads 35 modules; only this path uses it.
-    from basin.experiments.runner import run_scenario
-
-    ts = run_scenario(scenario).result.timeseries
+def stored_columns(run: ScenarioRun) -> dict[str, np.ndarray]:
+    """The timeseries columns the detection and the cliff need, taken in the
+    worker (a top-level function: it is pickled with the plan)."""
+    ts = run.result.timeseries
     return {k: np.asarray(ts[k]) for k in _STORED_COLUMNS if k in ts}
-
-
-def _simulate_job(scenario: Scenario) -> dict[str, np.ndarray]:
-    # Looked up at call time, so tests can stand in for the simulator.
-    return simulate_columns(scenario)
 
 
 # ----------------------------------------------------------- the detection
@@ -451,8 +443,8 @@ class GridSummary:
 def ensure_runs(scenarios: dict[str, Scenario], *, workers: int | None = None, cache_dir: Path | None = None,
                 on_done: Callable[[str, bool], None] | None = None) -> dict[str, dict[str, np.ndarray]]:
     """The timeseries of every scenario in ``scenarios`` (by run key): read
-    from the cache, or simulated over :func:`basin.experiments.pool.run_jobs`
-    in ``workers`` processes (default: all cores) and cached as each ends.
+    from the cache, or simulated as run plans over
+    :func:`basin.experiments.runner.run_plans` in ``workers`` processes (default: all cores) and cached as each ends.
     ``on_done(key, cached)`` is called once per run."""
     cache = RunCache(cache_dir or default_cache_dir())
     series: dict[str, dict[str, np.ndarray]] = {}
@@ -470,14 +462,14 @@ def ensure_runs(scenarios: dict[str, Scenario], *, workers: int | None = None, c
     # Longest runs first keeps the pool busy to the end.
     todo.sort(key=lambda job: -job[1].duration_min * (job[1].arrivals.base_per_min or 0.0))
 
-    def keep(index: int, columns: dict[str, np.ndarray]) -> None:
+    def keep(index: int, result: PlanResult) -> None:
         key = todo[index][0]
-        series[key] = columns
-        cache.put(key, columns)
+        series[key] = result.measured
+        cache.put(key, result.measured)
         if on_done:
             on_done(key, False)
 
-    run_jobs(_simulate_job, [sc for _, sc in todo], workers, on_result=keep)
+    run_plans([resolve_plan(sc, measure=stored_columns) for _, sc in todo], keep, workers=workers)
     return series
 
 

@@ -25,18 +25,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from basin.errors import BasinInputError
-from basin.experiments.pool import run_jobs
+from basin.experiments.plan import PlanResult, RunPlan, deployment_for, resolve_plan
+from basin.experiments.runner import ScenarioRun, check_runnable, run_plans
+from basin.experiments.scenario import load_scenario
 from basin.jsonvalues import json_values
-from basin.metrics.actions import with_action_columns
-from basin.metrics.io import write_run
 from basin.plotting import save_figure
-from basin.policy.driver import capture_drivers
-from basin.policy.registry import policy_class
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from basin.experiments.scenario import Scenario
 
 BIN_MIN = 5.0
 DOC_BEGIN = "<!-- compare:begin -->"
@@ -53,12 +49,6 @@ class ScenarioInfo:
 
 
 def describe(scenario_name: str, overrides: Sequence[str] = ()) -> ScenarioInfo:
-    # Lazy: this import loads pydantic (214 modules); only this path uses it.
-    from basin.experiments.runner import deployment_for
-
-    # Lazy: this import loads pydantic (176 modules); only this path uses it.
-    from basin.experiments.scenario import load_scenario
-
     sc = load_scenario(scenario_name, list(overrides))
     dep = deployment_for(sc)
     if dep.host_ratio == 0:
@@ -134,77 +124,28 @@ def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else math.nan
 
 
-def switch_on_start(system: str) -> str | None:
-    """The policy a ``--switch-on`` run of ``system`` starts under, or None
-    when ``system`` is not switched (HiCache, which is what runs before the
-    switch anyway). A policy that borrows prefill on decode instances cannot
-    switch that on mid-run (the engine wires it in at the start): it starts
-    under ``crossflow``, whose borrowing is the same, and ``crossflow`` itself
-    runs from the start."""
-    if system == "hicache":
-        return None
-    borrowing = policy_class(system)().needs.decode_prefill_borrowing
-    if borrowing is None:
-        return "hicache"
-    if system == "crossflow" or policy_class("crossflow")().needs.decode_prefill_borrowing != borrowing:
-        return None
-    return "crossflow"
-
-
-def switched_scenario(sc: Scenario, system: str, at_min: float) -> tuple[Scenario, str]:
-    """``sc`` as a ``--switch-on`` run of ``system``: the scenario and the
-    policy to start under (``system`` itself when it is not switched). The
-    scenario's own ``switch_policy`` interventions are replaced by the one
-    switch to ``system`` (its other interventions stay)."""
-    # Lazy: this import loads pydantic (176 modules); only this path uses it.
-    from basin.experiments.scenario import InterventionSpec
-
-    kept = tuple(iv for iv in sc.interventions if iv.switch_policy is None)
-    start = switch_on_start(system)
-    if start is None:
-        return sc.model_copy(update={"interventions": kept}), system
-    switch = InterventionSpec(at_min=at_min, switch_policy=system)
-    return sc.model_copy(update={"interventions": (*kept, switch)}), start
-
-
-def run_one(job: tuple[str, tuple[str, ...], str, int] | tuple[str, tuple[str, ...], str, int, str | None]
-            | tuple[str, tuple[str, ...], str, int, str | None, float | None]) -> dict[str, object]:
-    """One run; returns plain numbers (it crosses a process boundary). A
-    fifth element of ``job`` is a folder for the run's tables (written here,
-    in the worker, so that no table crosses the boundary); a sixth, a minute
-    at which the system is switched on in a run that starts under HiCache
-    (:func:`switched_scenario`).
-
-    The written time series carries the policy's action columns
-    (:mod:`basin.metrics.actions`), read from the run's policy driver."""
-    # Lazy: this import loads pydantic (214 modules); only this path uses it.
-    from basin.experiments.runner import params_for, run_scenario
-
-    # Lazy: this import loads pydantic (176 modules); only this path uses it.
-    from basin.experiments.scenario import load_scenario
-
-    scenario, overrides, system, seed = job[:4]
-    tables = job[4] if len(job) > 4 else None
-    switch_on = job[5] if len(job) > 5 else None
+def compare_plan(scenario: str, overrides: Sequence[str], system: str, seed: int, tables: str | None = None,
+                 switch_on_min: float | None = None) -> RunPlan:
+    """The plan of one comparison run: ``scenario`` (a name or a path) with
+    ``overrides`` and ``seed`` under ``system`` with the parameters it has
+    (:func:`run_compare` checked them all before the first run); its tables
+    to the folder ``tables``; with ``switch_on_min``, started under HiCache
+    and switched on then (:func:`basin.experiments.plan.switched_scenario`)."""
     sc = load_scenario(scenario, [*overrides, f"seed={seed}"])
-    start = system
-    if switch_on is not None:
-        sc, start = switched_scenario(sc, system, float(switch_on))
-    # The parameters this system has (run_compare checked them all before the first run).
-    with capture_drivers() as drivers:
-        result = run_scenario(sc, start, params=dict(params_for(sc, [start], strict=False).given[start]))
-    if tables is not None:
-        timeseries = result.result.timeseries
-        log = drivers[-1].actions if drivers else None
-        if log is not None:
-            timeseries = with_action_columns(timeseries, log.changes, log.shed_s)
-        write_run(tables, result.result.calls, result.result.sessions, timeseries, result.summary)
-    s = result.summary
-    calls, sessions = result.result.calls, result.result.sessions
+    return resolve_plan(sc, system, strict=False, switch_on_min=switch_on_min, argument=scenario,
+                        overrides=tuple(overrides), tables=tables, measure=first_token_figures)
+
+
+def first_token_figures(run: ScenarioRun) -> dict[str, object]:
+    """What a comparison reads from a run's tables besides its summary (in
+    the worker, so that no table crosses the process boundary): new
+    sessions' wait to their first token, and the 5-minute bins of Fig. 13."""
+    s = run.summary
+    calls, sessions = run.result.calls, run.result.sessions
     arrivals, all_waits = _first_token_waits(calls, sessions, s.duration_s)
     waits = all_waits[arrivals < s.measure_end_s]
     bins = []
-    n_bins = int(sc.duration_min // BIN_MIN)
+    n_bins = int(run.scenario.duration_min // BIN_MIN)
     issued = calls["first_token_s"]
     prompt = calls["prompt_tokens"].astype(float)
     hit = (calls["cached_tokens"] + calls["loaded_tokens"]).astype(float)
@@ -214,17 +155,22 @@ def run_one(job: tuple[str, tuple[str, ...], str, int] | tuple[str, tuple[str, .
         rate = float(hit[sel].sum() / prompt[sel].sum()) if prompt[sel].sum() > 0 else math.nan
         w = all_waits[(arrivals >= lo) & (arrivals < hi)]
         bins.append((b * BIN_MIN, rate, float(np.median(w)) if len(w) else math.nan))
-    borrowed = int(result.result.borrow_stats.get("tokens", 0))
+    return {"first_token_wait_p50_s": _pct(waits, 50), "first_token_wait_p90_s": _pct(waits, 90), "bins": bins}
+
+
+def result_row(scenario: str, result: PlanResult) -> dict[str, object]:
+    """One run's figures as :func:`aggregate` reads them, keyed by the
+    scenario as given and the system as compared."""
+    s = result.summary
     return {
-        "scenario": scenario, "system": system, "seed": seed,
+        "scenario": scenario, "system": result.label, "seed": result.seed,
         "goodput_per_h": s.goodput_per_h, "completed_fraction": s.completed_fraction,
         "shed_fraction": s.shed_fraction, "state": s.state.value, "hit_rate_pre": s.hit_rate_pre,
         "hit_rate_final": s.hit_rate_final, "first_call_wait_p50_s": s.first_call_wait_p50_s,
         "first_call_wait_p90_s": s.first_call_wait_p90_s,
-        "first_token_wait_p50_s": _pct(waits, 50), "first_token_wait_p90_s": _pct(waits, 90),
         "slowdown_p50": s.slowdown_p50, "ttft_p90_s": s.ttft_p90_s,
         "itl_violating_share": s.itl_violating_share, "active_sessions_final": s.active_sessions_final,
-        "borrowed_tokens": borrowed, "bins": bins,
+        "borrowed_tokens": result.borrowed_tokens, **(result.measured or {}),
     }
 
 
@@ -279,9 +225,6 @@ def aggregate(results: list[dict[str, object]], infos: dict[str, ScenarioInfo],
 def run_folders(scenarios: Sequence[str]) -> dict[str, str]:
     """A folder name per scenario argument: its name, made unique (two files
     may share a name; a path is never a folder name)."""
-    # Lazy: this import loads pydantic (176 modules); only this path uses it.
-    from basin.experiments.scenario import load_scenario
-
     out: dict[str, str] = {}
     for arg in scenarios:
         base = re.sub(r"[^A-Za-z0-9._-]+", "_", load_scenario(arg).name) or "scenario"
@@ -303,26 +246,21 @@ def run_compare(scenarios: Sequence[str], systems: Sequence[str], overrides: Seq
     the scenario as given (a name or a path). With ``switch_on_min`` every
     run starts under HiCache and its system is switched on at that minute
     (:func:`switched_scenario`); rows keep the system's name."""
-    # Lazy: this import loads pydantic (214 modules); only this path uses it.
-    from basin.experiments.runner import check_runnable
-
-    # Lazy: this import loads pydantic (176 modules); only this path uses it.
-    from basin.experiments.scenario import load_scenario
-
     if not scenarios:
         raise BasinInputError("compare needs at least one scenario")
     for name in scenarios:  # parameters and deployments of every scenario, before the first run
         check_runnable(load_scenario(name, list(overrides)), systems)
     infos = {name: describe(name, overrides) for name in scenarios}
     folders = run_folders(scenarios)
-    jobs = []
+    plans, names = [], []
     for name in scenarios:
         sc_seeds = list(seeds) if seeds else [load_scenario(name, list(overrides)).seed]
-        jobs += [(name, tuple(overrides), system, seed,
-                  None if tables_dir is None else str(tables_dir / folders[name] / system / f"seed-{seed}"),
-                  switch_on_min)
-                 for system in systems for seed in sc_seeds]
-    results = run_jobs(run_one, jobs, workers, progress)
+        for system in systems:
+            for seed in sc_seeds:
+                tables = None if tables_dir is None else str(tables_dir / folders[name] / system / f"seed-{seed}")
+                plans.append(compare_plan(name, overrides, system, seed, tables, switch_on_min))
+                names.append(name)
+    results = [result_row(name, r) for name, r in zip(names, run_plans(plans, workers=workers, progress=progress))]
     return aggregate(results, infos, systems), infos
 
 

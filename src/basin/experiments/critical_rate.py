@@ -4,8 +4,8 @@ check of its critical rate (the profiled peak departure rate,
 :func:`basin.catalog.critical_rate`, which is the one scenarios and BASIN use).
 
 Rates are tried on a grid from ``low`` to ``high`` in steps of ``step``,
-each with every seed, over the one process pool
-(:func:`basin.experiments.pool.run_jobs`). The limit is the last
+each with every seed, as run plans over the one executor
+(:func:`basin.experiments.runner.run_plans`). The limit is the last
 grid rate before the first one at which any seed ends other than healthy,
 so a lucky healthy run above a failing rate does not count (``basin
 critical-rate``).
@@ -20,8 +20,9 @@ from typing import Any
 
 from basin.catalog import CriticalRate, critical_rate, load_deployment, with_host_ratio
 from basin.errors import BasinInputError
-from basin.experiments.pool import run_jobs
+from basin.experiments.plan import PlanResult, RunPlan, resolve_plan
 from basin.experiments.ramp import workload_spec
+from basin.experiments.runner import run_plans
 from basin.experiments.scenario import Scenario
 from basin.metrics.windows import DegradationRule
 
@@ -85,13 +86,11 @@ class SteadyRun:
                 "hit_rate": self.hit_rate, "ttft_p50_s": self.ttft_p50_s}
 
 
-def _steady_job(scenario: Scenario) -> SteadyRun:
-    # Lazy: this import loads 38 modules; only this path uses it.
-    from basin.experiments.runner import run_scenario
-
-    s = run_scenario(scenario).summary
-    return SteadyRun(scenario.arrivals.base_per_min or 0.0, scenario.seed, s.state.value,
-                     float(s.hit_rate_final), float(s.ttft_p50_final_s))
+def steady_run(plan: RunPlan, result: PlanResult) -> SteadyRun:
+    """How the steady run of ``plan`` ended."""
+    s = result.summary
+    return SteadyRun(plan.scenario.arrivals.base_per_min or 0.0, plan.seed, s.state.value, float(s.hit_rate_final),
+                     float(s.ttft_p50_final_s))
 
 
 @dataclass(frozen=True)
@@ -165,9 +164,10 @@ def find_critical_rate(deployment: str, low: float, high: float, step: float = D
         raise BasinInputError(f"--host-ratio {host_ratio:g}: give 0 for GPU-only or a multiple of the GPU "
                               "prefix cache")
     dep = with_host_ratio(load_deployment(deployment), host_ratio)
-    jobs = [steady_scenario(deployment, r, s, host_ratio=host_ratio, workload=workload,
-                            duration_min=duration_min, sessions=sessions) for r in rates for s in seeds]
-    runs = tuple(sorted(run_jobs(_steady_job, jobs, workers, progress),
+    plans = [resolve_plan(steady_scenario(deployment, r, s, host_ratio=host_ratio, workload=workload,
+                                          duration_min=duration_min, sessions=sessions)) for r in rates for s in seeds]
+    runs = tuple(sorted((steady_run(p, r) for p, r in zip(plans, run_plans(plans, workers=workers,
+                                                                           progress=progress))),
                         key=lambda x: (x.rate_per_min, x.seed)))
     return CriticalRateResult(dep.name, workload, float(dep.host_ratio), rates, seeds, runs,
                               critical_from_runs(rates, runs), duration_min, critical_rate(dep, workload))

@@ -52,18 +52,26 @@ def _ray() -> Any:
     return ray
 
 
-def execute(fn: Callable[[Job], Result], jobs: Sequence[Job], on_result: Callable[[int, Result], None], *,
-            executor: str = "local", workers: int | None = None, address: str | None = None,
-            progress: Callable[[int, int], None] | None = None) -> None:
-    """``fn`` over ``jobs`` on the chosen executor; ``on_result(index, result)``
-    in this process as each finishes, then ``progress(done, total)``."""
+def execute(fn: Callable[[Job], Result], jobs: Sequence[Job], on_result: Callable[[int, Result], None] | None = None,
+            *, executor: str = "local", workers: int | None = None, address: str | None = None,
+            progress: Callable[[int, int], None] | None = None) -> list[Result]:
+    """``fn`` over ``jobs`` on the chosen executor, results in the jobs'
+    order; ``on_result(index, result)`` in this process as each finishes,
+    then ``progress(done, total)``."""
     check_executor(executor, address)
     if not jobs:
-        return
+        return []
     if executor == "local":
-        run_jobs(fn, jobs, workers, progress, on_result)
-        return
-    _run_ray(fn, jobs, on_result, workers, address, progress)
+        return run_jobs(fn, jobs, workers, progress, on_result, ordered=True)
+    results: dict[int, Result] = {}
+
+    def keep(index: int, result: Result) -> None:
+        results[index] = result
+        if on_result is not None:
+            on_result(index, result)
+
+    _run_ray(fn, jobs, keep, workers, address, progress)
+    return [results[i] for i in range(len(jobs))]
 
 
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:

@@ -48,9 +48,10 @@ def _ignore_interrupts() -> None:
 def run_jobs(fn: Callable[[Job], Result], jobs: Sequence[Job], workers: int | None = None,
              progress: Callable[[int, int], None] | None = None,
              on_result: Callable[[int, Result], None] | None = None,
-             stream: TextIO | None = None) -> list[Result]:
+             stream: TextIO | None = None, ordered: bool = False) -> list[Result]:
     """``fn`` over ``jobs`` in worker processes (in this process when one
-    worker suffices), results in completion order; ``progress(done, total)``
+    worker suffices), results in completion order (``ordered``: in the
+    jobs' order); ``progress(done, total)``
     after each, and ``on_result(index of the job, result)`` before it (in
     this process, e.g. to keep a result on disk as soon as it exists).
     ``fn`` must be a module-level function (it is pickled).
@@ -60,6 +61,7 @@ def run_jobs(fn: Callable[[Job], Result], jobs: Sequence[Job], workers: int | No
     kept, so the workers stop at once. What the pool does is said on
     ``stream`` (default stderr); then ``KeyboardInterrupt`` is raised."""
     results: list[Result] = []
+    indices: list[int] = []  # the job each result is of
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     if workers == 1:
         for done, job in enumerate(jobs, start=1):
@@ -76,6 +78,7 @@ def run_jobs(fn: Callable[[Job], Result], jobs: Sequence[Job], workers: int | No
     def finish(fut: Future[Result], index: int) -> None:
         result = fut.result()
         results.append(result)
+        indices.append(index)
         if on_result is not None:
             on_result(index, result)
         if progress is not None:
@@ -118,7 +121,11 @@ def run_jobs(fn: Callable[[Job], Result], jobs: Sequence[Job], workers: int | No
         _stop(pool)
         raise
     pool.shutdown(wait=True)
-    return results
+    return _in_job_order(indices, results) if ordered else results
+
+
+def _in_job_order(indices: Sequence[int], results: Sequence[Result]) -> list[Result]:
+    return [r for _, r in sorted(zip(indices, results), key=lambda pair: pair[0])]
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:

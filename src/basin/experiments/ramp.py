@@ -3,8 +3,8 @@
 A *load ramp* is the one way basin-serve raises load in steps: a
 :class:`LoadRamp` (the arrival rate of each step and the step length) turned
 into a :class:`~basin.experiments.scenario.Scenario` whose
-``arrivals.rate_changes`` switch the Poisson rate at each step, run by
-:func:`basin.experiments.runner.run_scenario`. The cliff profiler below uses
+``arrivals.rate_changes`` switch the Poisson rate at each step, run as a
+run plan (:mod:`basin.experiments.plan`). The cliff profiler below uses
 geometric steps; the model's classification (:mod:`basin.experiments.classify`)
 uses a slow linear one.
 
@@ -25,8 +25,8 @@ settled part (after ``settle_min``). From one ramp it takes
   up with 75% of arrivals, hit rate above the fitted midpoint):
   ``healthy_step_rate_per_min``, a ramp's view of the critical rate.
 
-Ramps repeat with seeds ``seed, seed + 1, ...`` over the process pool
-(:func:`basin.experiments.pool.run_jobs`); the profile keeps the lower
+Ramps repeat with seeds ``seed, seed + 1, ...`` as run plans over the one
+executor (:func:`basin.experiments.runner.run_plans`); the profile keeps the lower
 quartile of kappa and the median of lambda_c. With several prefill instances
 the router changes how prefixes spread, so each router gets its own profile.
 The file format is :mod:`basin.catalog.cliff_profiles`.
@@ -35,6 +35,7 @@ The file format is :mod:`basin.catalog.cliff_profiles`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,9 +56,11 @@ from basin.catalog.cliff_profiles import (
 )
 from basin.cliff import X_KNEE
 from basin.errors import BasinInputError
-from basin.experiments.pool import run_jobs
+from basin.experiments.plan import RunPlan, resolve_plan
+from basin.experiments.runner import ScenarioRun, build_workload, run_plan, run_plans
 from basin.experiments.scenario import Scenario, WorkloadSpec
 from basin.metrics.cliff import cache_cliff_points
+from basin.model.params import WorkloadInput
 from basin.predict.cliff import fit_kappa, lower_quartile
 from basin.workload.synthetic import SYNTHETIC_PRESETS
 
@@ -122,17 +125,32 @@ class LoadRamp:
         })
 
 
-def workload_spec(workload: str, sessions: int | None) -> dict[str, Any]:
+#: What a ramp draws its sessions from: a preset or file by name, or a
+#: scenario's workload section (its scaling and call cut applied).
+RampWorkload = str | WorkloadSpec
+
+
+def workload_spec(workload: RampWorkload, sessions: int | None) -> dict[str, Any]:
     """The scenario workload of a ramp: ``sessions`` synthesised for a
-    synthetic preset; a real table or file is taken whole."""
-    return {"name": workload, "sessions": sessions if workload in SYNTHETIC_PRESETS else None}
+    synthetic preset (unless a workload section says how many); a real table
+    or file is taken whole."""
+    spec: dict[str, Any] = workload.model_dump() if isinstance(workload, WorkloadSpec) else {"name": workload}
+    if spec.get("sessions") is None:
+        spec["sessions"] = sessions if spec["name"] in SYNTHETIC_PRESETS else None
+    return spec
 
 
-def _load_workload(name: str, seed: int, sessions: int | None) -> Any:
-    # Lazy: this import loads 38 modules; only this path uses it.
-    from basin.experiments.runner import build_workload
+def workload_label(workload: RampWorkload) -> str:
+    """How a profile names the workload it was taken with: the name, and the
+    scaling a workload section applies."""
+    if isinstance(workload, str):
+        return workload
+    return WorkloadInput(workload.name, workload.sessions, 0, workload.tool_time, workload.output,
+                         workload.prompt, workload.max_calls).label()
 
-    return build_workload(WorkloadSpec.model_validate(workload_spec(name, sessions)), seed)
+
+def _load_workload(workload: RampWorkload, seed: int, sessions: int | None) -> Any:
+    return build_workload(WorkloadSpec.model_validate(workload_spec(workload, sessions)), seed)
 
 
 # ---------------------------------------------------------------------------
@@ -156,7 +174,7 @@ def _session_demand(workload: Any, call_s: float = ESTIMATE_CALL_S) -> tuple[flo
     return float(np.mean(token_min)), float(np.mean(life_min))
 
 
-def default_ramp(deployment: str | Deployment, workload: str = DEFAULT_WORKLOAD, *, router: str | None = None,
+def default_ramp(deployment: str | Deployment, workload: RampWorkload = DEFAULT_WORKLOAD, *, router: str | None = None,
                  host_ratio: float | None = None, seed: int = 0, **overrides: Any) -> RampSettings:
     """The default ramp for a deployment: from 0.2 to 1.6 times the estimated
     knee rate (see ``RAMP_START_FACTOR``) in 15 geometric steps of 15 minutes,
@@ -189,7 +207,8 @@ def load_ramp(ramp: RampSettings) -> LoadRamp:
     return LoadRamp(ramp.rates(), float(ramp.step_min), ramp.warm_sessions)
 
 
-def profile_scenario(deployment: str, dep: Deployment, workload: str, ramp: RampSettings, seed: int) -> Scenario:
+def profile_scenario(deployment: str, dep: Deployment, workload: RampWorkload, ramp: RampSettings,
+                     seed: int) -> Scenario:
     """The scenario of one profiling ramp of ``dep`` (``deployment`` is how to
     load it: a name, shape or file), router and host tier as ``dep`` has them."""
     return load_ramp(ramp).scenario(
@@ -198,14 +217,10 @@ def profile_scenario(deployment: str, dep: Deployment, workload: str, ramp: Ramp
         description="cliff profile ramp")
 
 
-def simulate_ramp(dep: Deployment, workload: str, ramp: RampSettings, seed: int,
+def simulate_ramp(dep: Deployment, workload: RampWorkload, ramp: RampSettings, seed: int,
                   deployment: str | None = None) -> dict[str, np.ndarray]:
-    """Run one profiling ramp on the simulator; returns its per-minute timeseries."""
-    # Lazy: this import loads 38 modules; only this path uses it.
-    from basin.experiments.runner import run_scenario
-
-    scenario = profile_scenario(deployment or dep.name, dep, workload, ramp, seed)
-    return run_scenario(scenario).result.timeseries
+    """Run one profiling ramp on the simulator, in this process; returns its per-minute timeseries."""
+    return run_plan(resolve_plan(profile_scenario(deployment or dep.name, dep, workload, ramp, seed))).result.timeseries
 
 
 def _step_figures(ts: Mapping[str, np.ndarray], ramp: RampSettings, c_eff: float) -> dict[str, tuple[float, ...]]:
@@ -265,9 +280,15 @@ def analyse_ramp(ts: Mapping[str, np.ndarray], ramp: RampSettings, seed: int, la
     )
 
 
-def _ramp_job(args: tuple[str, Deployment, str, RampSettings, int, str]) -> RampRun:
-    deployment, dep, workload, ramp, seed, label = args
-    return analyse_ramp(simulate_ramp(dep, workload, ramp, seed, deployment), ramp, seed, label=label)
+def profile_plan(deployment: str, dep: Deployment, workload: RampWorkload, ramp: RampSettings, seed: int,
+                 label: str) -> RunPlan:
+    """The plan of one profiling ramp; the worker analyses its timeseries (:func:`analyse_ramp`)."""
+    return resolve_plan(profile_scenario(deployment, dep, workload, ramp, seed),
+                        measure=functools.partial(_analysed, ramp=ramp, label=label))
+
+
+def _analysed(run: ScenarioRun, *, ramp: RampSettings, label: str) -> RampRun:
+    return analyse_ramp(run.result.timeseries, ramp, run.scenario.seed, label=label)
 
 
 def _median(values: Sequence[float]) -> float:
@@ -277,14 +298,15 @@ def _median(values: Sequence[float]) -> float:
     return float(np.median(arr)) if arr.size else float("nan")
 
 
-def profile_deployment(deployment: str | Deployment, workload: str = DEFAULT_WORKLOAD, router: str | None = None,
+def profile_deployment(deployment: str | Deployment, workload: RampWorkload = DEFAULT_WORKLOAD,
+                       router: str | None = None,
                        repeats: int = 3, seed: int = 0, progress: Callable[[int, int], None] | None = None, *,
                        host_ratio: float | None = None, ramp: RampSettings | None = None,
                        workers: int | None = None) -> CliffProfile:
     """Profile a deployment with ``repeats`` ramps (seeds ``seed``, ``seed + 1``, ...).
 
     ``router`` and ``host_ratio`` override the deployment's; ``ramp`` replaces
-    :func:`default_ramp`. Ramps run over :func:`basin.experiments.pool.run_jobs`
+    :func:`default_ramp`. Ramps run as plans over :func:`basin.experiments.runner.run_plans`
     in up to ``workers`` processes (default: the CPU count);
     ``progress(done, total)`` is called as each ramp ends.
     """
@@ -298,14 +320,15 @@ def profile_deployment(deployment: str | Deployment, workload: str = DEFAULT_WOR
         ramp = default_ramp(dep, workload, seed=seed)
     elif not isinstance(ramp, RampSettings):
         raise BasinInputError(f"ramp: expected RampSettings, got {type(ramp).__name__}")
-    jobs = [(source, dep, workload, ramp, seed + i, f"ramp {i + 1} of {repeats} (seed {seed + i})")
-            for i in range(repeats)]
-    done_runs = tuple(sorted(run_jobs(_ramp_job, jobs, workers, progress), key=lambda r: r.seed))
+    plans = [profile_plan(source, dep, workload, ramp, seed + i, f"ramp {i + 1} of {repeats} (seed {seed + i})")
+             for i in range(repeats)]
+    done_runs = tuple(sorted((r.measured for r in run_plans(plans, workers=workers, progress=progress)),
+                             key=lambda r: r.seed))
     capacity = cache_capacity(dep, load_hardware(dep.hardware))
     kappas = tuple(r.kappa for r in done_runs)
     lambdas = tuple(r.lambda_c_per_min for r in done_runs)
     return CliffProfile(
-        deployment=dep.name, router=dep.router, workload=workload,
+        deployment=dep.name, router=dep.router, workload=workload_label(workload),
         kappa=round_figure(lower_quartile(kappas)), x_knee=X_KNEE,
         lambda_c_per_min=round_figure(_median(lambdas)),
         gpu_cache_tokens=capacity.gpu_tokens, host_cache_tokens=capacity.host_tokens,

@@ -1,54 +1,51 @@
-"""Turning a scenario into a simulator run and its summary."""
+"""Turning a run plan (:mod:`basin.experiments.plan`) into a simulator run
+and its summary, in this process (:func:`run_plan`) or over the one executor
+(:func:`run_plans`, every study's)."""
 
 from __future__ import annotations
 
 import dataclasses
 import gc
-import json
 import math
-import platform
-import shlex
 import shutil
-import sys
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-import basin
-from basin.catalog import (
-    Deployment,
-    HardwareProfile,
-    load_deployment,
-    load_hardware,
-    require_critical_rate,
-    with_host_ratio,
-)
-from basin.catalog.cliff_profiles import profile_path_as_run
-from basin.catalog.files import close_names
+from basin.catalog import Deployment, HardwareProfile
 from basin.errors import BasinInputError
-from basin.experiments.scenario import Scenario, WorkloadSpec, scenario_dict, scenario_path
-from basin.jsonvalues import json_value
+from basin.experiments.executors import execute
+from basin.experiments.plan import (
+    PlanResult,
+    RunPlan,
+    SystemParams,
+    arrival_schedule,
+    base_rate_per_min,
+    params_for,
+    resolve_plan,
+    resolved_params,
+)
+from basin.experiments.scenario import Scenario, WorkloadSpec
+from basin.metrics.actions import with_action_columns
+from basin.metrics.io import write_run
 from basin.metrics.summary import RunSummary, summarize_run
 from basin.policy.base import Policy
-from basin.policy.params import PolicyParamError
-from basin.policy.registry import policy_class, policy_names
+from basin.policy.driver import capture_drivers
 from basin.sim.engine import Intervention, RunResult, SimConfig, Simulator, switch_refusal
 from basin.sim.streams import BURST_WORKLOAD, builder_seed
-from basin.systems import RunContext, build_options, build_policy, cliff_summary
+from basin.systems import RunContext, build_policy
 from basin.workload.arrivals import (
     BURST,
     ArrivalSchedule,
     PoissonSchedule,
-    RateChange,
     SessionArrival,
     Surge,
     draw_arrivals,
     recorded_arrivals,
-    shaped_schedule,
 )
 from basin.workload.presets import resolve_workload, warn_if_reused
 from basin.workload.records import Workload
@@ -67,129 +64,30 @@ class ScenarioRun:
     cliff: dict[str, Any] | None = None
 
 
-# ------------------------------------------------------- policy parameters
-def _accepted(system: str) -> tuple[str, ...]:
-    return policy_class(system).Params.names() + build_options(system)
-
-
-@dataclass(frozen=True, slots=True)
-class SystemParams:
-    """A scenario's ``policy_params`` split over the systems of a run."""
-
-    #: Per system, the parameters it is handed (the names it knows).
-    given: Mapping[str, Mapping[str, object]]
-    #: "policy_params.X applies to A, not to B" lines, for stderr.
-    notes: tuple[str, ...] = ()
-
-
-def params_for(scenario: Scenario, systems: Sequence[str], strict: bool = True) -> SystemParams:
-    """Hand each system the ``policy_params`` it has, checked for type and
-    range now (so a bad value stops the command before any run). ``strict``
-    refuses a parameter no system of the run has, naming the systems that do;
-    a parameter only some have is noted, never silently dropped."""
-    given = dict(scenario.policy_params)
-    per_system: dict[str, dict[str, object]] = {}
-    for system in systems:
-        accepted = _accepted(system)
-        mine = {k: v for k, v in given.items() if k in accepted}
-        options = build_options(system)
-        for name in options:
-            value = mine.get(name)
-            if value is not None and not isinstance(value, str):
-                raise PolicyParamError(system, name, f"expected text, got {value!r}")
-        try:
-            policy_class(system).Params.from_mapping({k: v for k, v in mine.items() if k not in options})
-        except PolicyParamError as exc:
-            if exc.policy == system or exc.field not in mine:
-                raise
-            # A shared parameter class (basin-prior's is basin's): name the system run.
-            raise PolicyParamError(system, exc.field, str(exc).split(": ", 1)[-1]) from None
-        per_system[system] = mine
-    notes = []
-    for name in given:
-        having = [s for s in systems if name in per_system[s]]
-        if having and len(having) < len(systems):
-            others = [s for s in systems if s not in having]
-            notes.append(f"policy_params.{name} applies to {', '.join(having)}; "
-                         f"{', '.join(others)} {'has' if len(others) == 1 else 'have'} no such parameter")
-        if not having and strict:
-            owners = [s for s in policy_names() if name in _accepted(s)]
-            if owners:
-                fix = f"it is a parameter of {', '.join(owners)}: run one with --system {owners[0]}"
-            else:
-                every = sorted({n for s in systems for n in _accepted(s)})
-                close = close_names(name, every)
-                fix = ((f"did you mean {' or '.join(close)}? " if close else "")
-                       + f"parameters of {', '.join(systems)}: {', '.join(every) or '(none)'}")
-            raise BasinInputError(f"policy_params.{name}: no system of this run ({', '.join(systems)}) has "
-                                  f"such a parameter; {fix}")
-    return SystemParams(per_system, tuple(notes))
-
-
-def resolved_params(system: str, params: Mapping[str, object]) -> dict[str, Any]:
-    """Every setting ``system`` runs with (defaults filled in), as plain data."""
-    options = build_options(system)
-    built = policy_class(system).Params.from_mapping({k: v for k, v in params.items() if k not in options})
-    data: dict[str, Any] = {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) and not isinstance(v, type)
-                                else v) for k, v in built.as_dict().items()}
-    data.update({k: params[k] for k in options if k in params})
-    return data
-
-
-# ------------------------------------------------------- BASIN's profile
-def cliff_used(scenario: Scenario, system: str, params: Mapping[str, object]) -> tuple[dict[str, Any] | None,
-                                                                                         str | None]:
-    """Which cliff profile BASIN (or basin-prior) reads for this scenario, with
-    its kappa and rate, and a warning when it is not this deployment's,
-    cache tier's and workload's own (a fallback would otherwise go unseen)."""
-    if "profile" not in build_options(system):
-        return None, None
-
-    dep = deployment_for(scenario)
-    context = RunContext(deployment=dep, workload=scenario.workload.name, host_ratio=scenario.host_ratio)
-    chosen = params.get("profile")
-    summary = cliff_summary(context, chosen if isinstance(chosen, str) else None)
-    info: dict[str, Any] = {"origin": summary.origin, "kappa": summary.kappa, "x_knee": summary.x_knee,
-                            "lambda_c_per_min": summary.lambda_c_per_min}
-    if chosen is not None:
-        return info, None
-    own = profile_path_as_run(dep, scenario.workload.name)
-    tier = "GPU-only" if dep.host_ratio == 0 else f"host tier {dep.host_ratio:g}x"
-    if summary.origin == str(own):
-        return info, None
-    router = f" --router {dep.router}" if dep.prefill_instances > 1 else ""
-    fix = (f"profile it with `basin profile {scenario.deployment}{router} --host-ratio {dep.host_ratio:g} "
-           f"--workload {scenario.workload.name} --out FILE` and pass --set policy_params.profile=FILE")
-    if Path(summary.origin).is_file():
-        warning = (f"{system}: no cliff profile for {dep.name} ({tier}) with workload {scenario.workload.name} "
-                   f"(looked for {own.name}); using {Path(summary.origin).name} (kappa {summary.kappa:.2f}, "
-                   f"lambda_c {summary.lambda_c_per_min:.2f}/min); {fix}")
-    else:
-        rate = (f"critical rate {summary.lambda_c_per_min:.2f}/min" if summary.lambda_c_per_min != float("inf")
-                else "no shedding rate")
-        warning = (f"{system}: no cliff profile for {dep.name} ({tier}) with workload {scenario.workload.name} "
-                   f"(looked for {own.name}); using the reference curve, kappa {summary.kappa:g}, and {rate} "
-                   f"({summary.origin}); {fix}")
-    return info, warning
-
-
 def check_runnable(scenario: Scenario, systems: Sequence[str], strict: bool = True) -> tuple[SystemParams,
                                                                                              list[str]]:
     """Everything that can be checked without simulating, done before any
-    run: the deployment and its hardware, the base rate, every system's
-    parameters. Returns the split parameters and the warnings to show."""
-    dep = deployment_for(scenario)
-    load_hardware(dep.hardware)
-    if scenario.arrivals.from_workload:
-        scenario_arrivals(scenario, dep)  # start times present, some inside the run, a surge with traffic to scale
-    else:
-        arrival_schedule(scenario, base_rate_per_min(scenario, dep))  # a trace shape's window, loaded now
-    for iv in scenario.interventions:
-        if iv.switch_policy is not None:
-            policy_class(iv.switch_policy)  # an unknown name, refused now rather than at the switch's build
-    split = params_for(scenario, systems, strict)
-    warnings = [w for s in systems if (w := cliff_used(scenario, s, split.given[s])[1]) is not None]
+    run (:func:`runnable_plans`). Returns the split parameters and the
+    warnings to show."""
+    _, split, warnings = runnable_plans(scenario, systems, strict)
     return split, warnings
+
+
+def runnable_plans(scenario: Scenario, systems: Sequence[str], strict: bool = True, *, argument: str = "",
+                   overrides: Sequence[str] = ()) -> tuple[list[RunPlan], SystemParams, list[str]]:
+    """The plan of ``scenario`` under each system, checked as far as it can
+    be without simulating: deployment and hardware, base rate and arrival
+    schedule, policy switches (with ``arrivals.from_workload``, the recorded
+    start times too), every system's parameters (``strict``: refusing one no
+    system has). The scenario is resolved once and shared by the systems'
+    plans. Returns the plans, the split parameters and the warnings to show."""
+    base = resolve_plan(scenario, systems[0] if systems else None, {}, argument=argument, overrides=overrides)
+    if scenario.arrivals.from_workload:
+        scenario_arrivals(scenario, base.deployment)  # start times present, some inside the run, a surge to scale
+    split = params_for(scenario, systems, strict)
+    plans = [dataclasses.replace(base, system=s, label=s, params=tuple(split.given[s].items())) for s in systems]
+    warnings = [w for p in plans if (w := p.cliff()[1]) is not None]
+    return plans, split, warnings
 
 
 def build_workload(spec: WorkloadSpec, seed: int) -> Workload:
@@ -199,67 +97,6 @@ def build_workload(spec: WorkloadSpec, seed: int) -> Workload:
     if spec.max_calls is not None:
         workload = truncate_calls(workload, spec.max_calls)
     return workload
-
-
-def deployment_for(scenario: Scenario) -> Deployment:
-    """The scenario's deployment with its host tier and router overrides applied."""
-    dep = with_host_ratio(load_deployment(scenario.deployment), scenario.host_ratio)
-    if scenario.router is not None and scenario.router != dep.router:
-        dep = dep.model_copy(update={"router": scenario.router})
-    return dep
-
-
-def base_rate_per_min(scenario: Scenario, dep: Deployment) -> float:
-    """The scenario's base arrival rate: given, or a fraction of the critical
-    rate of the deployment as run (its cache tier and router) with the
-    scenario's workload: the profiled rate of :func:`basin.catalog.critical_rate`."""
-    arr = scenario.arrivals
-    if arr.from_workload:
-        raise BasinInputError(f"scenario '{scenario.name}': arrivals.from_workload takes arrivals from the "
-                              "workload's start times, so there is no base rate here; give arrivals.base_per_min "
-                              "(--set arrivals.from_workload=false --set arrivals.base_per_min=RATE)")
-    if arr.base_per_min is not None:
-        return arr.base_per_min
-    if arr.base_fraction_of_critical is None:
-        raise BasinInputError(f"scenario '{scenario.name}': give arrivals.base_per_min or "
-                              "arrivals.base_fraction_of_critical")
-    rate = require_critical_rate(dep, scenario.workload.name,
-                                 f"scenario '{scenario.name}' (field 'arrivals.base_fraction_of_critical')")
-    return arr.base_fraction_of_critical * rate.per_min
-
-
-def schedule_for(scenario: Scenario, base: float) -> PoissonSchedule:
-    """The scenario's Poisson schedule on ``base`` (surge, rate changes and
-    set-rate interventions); refused for a trace-shaped scenario, whose
-    schedule is :func:`arrival_schedule`'s (commands that model a Poisson base
-    say so rather than drop the shape)."""
-    if scenario.arrivals.shape is not None:
-        raise BasinInputError(f"scenario '{scenario.name}': field 'arrivals.shape': this command takes a Poisson "
-                              f"base rate with surges, and the scenario's arrivals follow the trace shape "
-                              f"'{scenario.arrivals.shape.name}'; drop it (--set arrivals.shape=null) or use "
-                              "basin run, compare or sweep")
-    surges = []
-    s = scenario.surge
-    if s.factor != 1.0 and s.end_min > s.start_min:
-        surges.append(Surge(start_min=s.start_min, end_min=s.end_min, factor=s.factor))
-    changes = [RateChange(at_min=c.at_min, per_min=c.per_min) for c in scenario.arrivals.rate_changes]
-    changes += [RateChange(at_min=iv.at_min, per_min=iv.set_rate_per_min)
-                for iv in scenario.interventions if iv.set_rate_per_min is not None]
-    changes.sort(key=lambda c: c.at_min)
-    return PoissonSchedule(base_per_min=base, surges=tuple(surges), rate_changes=tuple(changes))
-
-
-def arrival_schedule(scenario: Scenario, base: float) -> ArrivalSchedule:
-    """The run's arrival process on ``base`` sessions per minute: Poisson
-    (:func:`schedule_for`), or with ``arrivals.shape`` Poisson at a rate that
-    follows the named production trace, with ``base`` as its mean over the run."""
-    shape = scenario.arrivals.shape
-    if shape is None:
-        return schedule_for(scenario, base)
-    try:
-        return shaped_schedule(shape.name, base, scenario.duration_min * 60.0, shape.offset_min, shape.window_min)
-    except BasinInputError as exc:
-        raise BasinInputError(f"scenario '{scenario.name}': field 'arrivals.shape': {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -277,7 +114,8 @@ class SurgeSurplus:
 
 
 def scenario_arrivals(scenario: Scenario, dep: Deployment, workload: Workload | None = None,
-                      burst_workload: Workload | None = None) -> list[SessionArrival]:
+                      burst_workload: Workload | None = None,
+                      schedule: ArrivalSchedule | None = None) -> list[SessionArrival]:
     """The run's arrivals: Poisson on the scenario's base rate (shaped by a
     production trace with ``arrivals.shape``), or, with
     ``arrivals.from_workload``, each session at its own recorded start time
@@ -287,16 +125,18 @@ def scenario_arrivals(scenario: Scenario, dep: Deployment, workload: Workload | 
     ``(factor - 1)`` times the recorded sessions starting there per minute, so
     ``factor: 2`` doubles what really arrived then. A surge below 1 would have
     to drop recorded sessions and is refused, as is one whose window holds no
-    recorded arrival (nothing to scale).
+    recorded arrival (nothing to scale). ``schedule``: the scenario's arrival
+    schedule, when the caller has it (a :class:`RunPlan`'s).
     """
     workload = workload if workload is not None else build_workload(scenario.workload, scenario.seed)
     if burst_workload is None and scenario.arrivals.burst_workload is not None:
         burst_workload = build_workload(scenario.arrivals.burst_workload, builder_seed(scenario.seed, BURST_WORKLOAD))
     duration_s = scenario.duration_min * 60.0
     if not scenario.arrivals.from_workload:
-        drawn = draw_arrivals(workload, arrival_schedule(scenario, base_rate_per_min(scenario, dep)), duration_s,
-                              seed=scenario.seed, warm_sessions=scenario.arrivals.warm_sessions,
-                              burst_workload=burst_workload)
+        if schedule is None:
+            schedule = arrival_schedule(scenario, base_rate_per_min(scenario, dep))
+        drawn = draw_arrivals(workload, schedule, duration_s, seed=scenario.seed,
+                              warm_sessions=scenario.arrivals.warm_sessions, burst_workload=burst_workload)
         # A small trace drawn many times over replays the same few conversations.
         warn_if_reused(workload, sum(1 for a in drawn if burst_workload is None or a.tag != BURST))
         return drawn
@@ -341,16 +181,14 @@ def run_scenario(scenario: Scenario, system: str | None = None,
                  progress: Callable[[float], None] | None = None,
                  params: dict[str, object] | None = None) -> ScenarioRun:
     """Simulate ``scenario`` under ``system`` (default: the scenario's policy,
-    with its ``policy_params``; ``params`` replaces them)."""
-    system = system or scenario.policy
-    if params is None:
-        params = dict(params_for(scenario, [system]).given[system])
-    dep = deployment_for(scenario)
-    hardware = load_hardware(dep.hardware)
-    lock_queued = scenario.engine.lock_queued_prefix
-    if lock_queued is not None and lock_queued != hardware.prefill.lock_queued_prefix:
-        hardware = hardware.model_copy(
-            update={"prefill": hardware.prefill.model_copy(update={"lock_queued_prefix": lock_queued})})
+    with its ``policy_params``; ``params`` replaces them): its plan, run."""
+    return run_plan(resolve_plan(scenario, system, params), progress)
+
+
+def run_plan(plan: RunPlan, progress: Callable[[float], None] | None = None) -> ScenarioRun:
+    """Simulate one plan in this process."""
+    scenario, system, params = plan.scenario, plan.system, plan.param_dict()
+    dep, hardware = plan.deployment, plan.hardware
     context = RunContext(deployment=dep, workload=scenario.workload.name, hardware=hardware,
                          host_ratio=scenario.host_ratio)
     policy = build_policy(system, params, context)
@@ -367,7 +205,7 @@ def run_scenario(scenario: Scenario, system: str | None = None,
         burst = scenario.arrivals.burst_workload
         burst_seed = builder_seed(scenario.seed, BURST_WORKLOAD)
         burst_workload = build_workload(burst, burst_seed) if burst is not None else None
-        arrivals = scenario_arrivals(scenario, dep, workload, burst_workload)
+        arrivals = scenario_arrivals(scenario, dep, workload, burst_workload, plan.schedule)
         if freeze:
             gc.freeze()
     finally:
@@ -424,41 +262,44 @@ def _simulate(scenario: Scenario, system: str, params: dict[str, object], policy
     return ScenarioRun(scenario, system, result, summary, resolved_params(system, params), cliff_info)
 
 
-# -------------------------------------------------------------- provenance
-PROVENANCE_FILE = "provenance.json"
+# -------------------------------------------------------------- the executor
+def execute_plan(plan: RunPlan) -> PlanResult:
+    """Run one plan and hand back plain results: the one job every study
+    runs (module-level: pickled to pool and Ray workers). The plan's tables
+    folder, when it has one, receives the run's tables with the policy's
+    action columns (:mod:`basin.metrics.actions`), written here in the worker
+    so that no table crosses the process boundary unless the plan keeps them."""
+    start = time.perf_counter()
+    with capture_drivers() as drivers:
+        run = run_plan(plan)
+    res = run.result
+    if plan.tables is not None:
+        timeseries = res.timeseries
+        log = drivers[-1].actions if drivers else None
+        if log is not None:
+            timeseries = with_action_columns(timeseries, log.changes, log.shed_s)
+        write_run(plan.tables, res.calls, res.sessions, timeseries, run.summary)
+    measured = plan.measure(run) if plan.measure is not None else None
+    return PlanResult(plan.label, plan.seed, run.summary, run.policy_params, run.cliff, time.perf_counter() - start,
+                      int(res.borrow_stats.get("tokens", 0)),
+                      (res.calls, res.sessions, res.timeseries) if plan.keep_tables else None, measured)
+
+
+def run_plans(plans: Sequence[RunPlan], on_result: Callable[[int, PlanResult], None] | None = None, *,
+              executor: str = "local", workers: int | None = None, address: str | None = None,
+              progress: Callable[[int, int], None] | None = None) -> list[PlanResult]:
+    """Every plan on the chosen executor (:mod:`basin.experiments.executors`),
+    results in the plans' order; ``on_result(index, result)`` as each
+    finishes, in this process (a study that keeps results as they arrive, as
+    a sweep's store does, gives it; see :mod:`basin.experiments.pool` for
+    what Ctrl-C then does)."""
+    return execute(execute_plan, plans, on_result, executor=executor, workers=workers, address=address,
+                   progress=progress)
+
+
+# -------------------------------------------------------------- output folders
 #: What marks a folder as one run's tables (so only such folders are ever removed).
 RUN_MARKERS = ("summary.json", "calls.parquet")
-
-
-def command_line() -> str:
-    """The command as typed (``basin ...``), for the record."""
-    return " ".join(["basin", *(shlex.quote(a) for a in sys.argv[1:])])
-
-
-def provenance(scenarios: Sequence[tuple[str, Scenario, Sequence[str]]], systems: Mapping[str, Any],
-               extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """What an output folder was made from: each scenario as resolved (after
-    overrides) with its file and overrides, every system's settings and
-    cliff profile, the package version and the command line."""
-    data: dict[str, Any] = {
-        "basin_serve_version": basin.__version__,
-        "command": command_line(),
-        "working_directory": str(Path.cwd()),
-        "python": platform.python_version(),
-        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-        "scenarios": [{"argument": arg, "file": str(scenario_path(arg).resolve()), "overrides": list(overrides),
-                       "seed": sc.seed, "resolved": scenario_dict(sc)} for arg, sc, overrides in scenarios],
-        "systems": dict(systems),
-    }
-    data.update(extra or {})
-    return data
-
-
-def write_provenance(out_dir: Path, data: Mapping[str, Any]) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / PROVENANCE_FILE
-    path.write_text(json.dumps(json_value(dict(data)), indent=1) + "\n", encoding="utf-8")
-    return path
 
 
 def remove_stale_runs(out_dir: Path, keep: Sequence[str]) -> list[str]:

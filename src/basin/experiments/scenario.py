@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from basin.catalog import RouterName
+from basin.catalog import RouterName, SchedulePolicy
 from basin.catalog.files import close_names
 from basin.errors import BasinInputError
 from basin.metrics.state import LabelRule
@@ -159,6 +159,9 @@ class EngineSpec(_Model):
     #: Queued prefill requests lock their matched prefix (None: the hardware
     #: profile's ``prefill.lock_queued_prefix``, False as SGLang does).
     lock_queued_prefix: bool | None = None
+    #: The prefill waiting queue's order, fcfs or lpm (None: the hardware
+    #: profile's ``prefill.schedule_policy``, fcfs as SGLang's default).
+    schedule_policy: SchedulePolicy | None = None
 
 
 class JudgeSpec(_Model):

@@ -38,7 +38,7 @@ _TMP_PREFIX = ".tmp-"
 #: Packages whose sources decide a run's result: a change to any of them makes
 #: every key new, so a stored run never outlives the code that computed it.
 _RESULT_PACKAGES = ("sim", "policy", "workload", "metrics", "catalog", "predict")
-_RESULT_MODULES = ("systems.py", "experiments/runner.py", "experiments/scenario.py")
+_RESULT_MODULES = ("systems.py", "experiments/plan.py", "experiments/runner.py", "experiments/scenario.py")
 
 
 @lru_cache(maxsize=1)

@@ -29,19 +29,16 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from basin.catalog.files import close_names
 from basin.errors import BasinInputError
 from basin.experiments.plots import LINE_STYLES, MARKERS
-from basin.experiments.sweep import TRAPPED, is_finite, numeric_summary_fields
+from basin.experiments.sweep_spec import TRAPPED, PlotSpec, Sweep, is_finite, numeric_summary_fields
 from basin.metrics.state import LabelRule
 from basin.plotting import new_figure, save_figure
-
-if TYPE_CHECKING:
-    from basin.experiments.sweep import PlotSpec, Sweep
 
 Row = Mapping[str, Any]
 

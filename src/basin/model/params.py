@@ -129,7 +129,8 @@ def workload_means(workload: Workload, hardware: HardwareProfile) -> WorkloadMea
     first_step = dec.step_s(1, prompt + 1.0)
     per_token = dec.step_s(1, 1) - dec.step_s(1, 0)  # growth of a batch-one step per context token
     decode_s = steps * first_step + per_token * steps * (steps - 1.0) / 2.0
-    prefill_s = pre.step_overhead_s + pre.tokens_cost_s(new, reused) + hardware.transfer_s
+    frontend_s = prompt * pre.frontend_s_per_prompt_token
+    prefill_s = pre.step_overhead_s + pre.tokens_cost_s(new, reused) + hardware.transfer_s + frontend_s
     call_s = prefill_s + decode_s
 
     # A session spends call_s in a call (context: its prompt) and then its gap
@@ -150,7 +151,7 @@ def workload_means(workload: Workload, hardware: HardwareProfile) -> WorkloadMea
     kv_req = float(np.sum(w_dec * (prompt + held)) / w_dec.sum())
 
     chunks = np.ceil(prompt / pre.chunk_tokens)
-    recompute_s = chunks * pre.step_overhead_s + pre.tokens_cost_s(prompt, 0)
+    recompute_s = chunks * pre.step_overhead_s + pre.tokens_cost_s(prompt, 0) + frontend_s
 
     stats = workload_stats(workload)
     per_session = np.array([s.n_calls for s in sessions], dtype=float)
@@ -264,7 +265,8 @@ def derive_params(deployment: Deployment, hardware: HardwareProfile, workload: W
               f"tool time per call: all tool gaps / all calls of {wl} (median gap {m.tool_gap_p50_s or 0:.2f} s)"),
         Param("unloaded_call_s", "L0", m.unloaded_call_s, "s",
               f"mean unloaded call on {hardware.name}: step overhead + PrefillProfile.tokens_cost_s(new, reused) "
-              "+ transfer + batch-one decode (DecodeProfile.step_s), as the simulator's unloaded reference"),
+              "+ front end (prompt x frontend_s_per_prompt_token) + transfer + batch-one decode "
+              "(DecodeProfile.step_s), as the simulator's unloaded reference"),
         Param("prompt_tokens", "P", m.prompt_tokens, "tokens",
               f"mean prompt per call of {wl} (median {m.prompt_p50_tokens:,.0f})"),
         Param("new_tokens", "n_new", m.new_tokens, "tokens", f"mean new suffix per call of {wl}"),
@@ -275,7 +277,7 @@ def derive_params(deployment: Deployment, hardware: HardwareProfile, workload: W
         Param("knee_ratio", "x_k", knee_ratio, "W/C", f"knee of the hit curve: {curve_label}"),
         Param("prefill_tokens_per_s", "mu_p", mu_p, "tokens/s",
               f"saturated uncached prefill of {n_p} instance(s): mean prompt recomputed from position 0 "
-              "(PrefillProfile.tokens_cost_s plus a step overhead per chunk)"),
+              "(PrefillProfile.tokens_cost_s plus a step overhead per chunk and the front end's read)"),
         Param("decode_kv_tokens", "D_KV", kv_total, "tokens",
               f"{n_d} server(s) x {kv_per_instance:,} tokens: the pool that is also the cache" if colocated
               else f"{n_d} decode x {dec.kv_tokens:,} KV tokens"),

@@ -234,7 +234,7 @@ class RadixCache:
 
     # ----------------------------------------------------------------- match
     def match(self, key: Key, now: float, cursor: KeyCursor | None = None,
-              key_tokens: int | None = None) -> MatchResult:
+              key_tokens: int | None = None, counted: bool = True) -> MatchResult:
         """Longest cached prefix of ``key``, by tier.
 
         Only whole pages are matched (the query is cut to a page multiple);
@@ -243,7 +243,8 @@ class RadixCache:
         splits a node when the match ends inside it, as a radix tree does.
         ``cursor`` (a walk of a key that ``key`` extends) lets the walk start
         part-way; ``key_tokens`` is the key's length when the caller knows it.
-        The result is the same either way.
+        The result is the same either way. ``counted`` False leaves the tier
+        statistics alone: a scheduler ranking its queue looks, it serves nothing.
         """
         total = self._key_tokens(key) if key_tokens is None else key_tokens
         limit = total - total % self.page
@@ -309,10 +310,11 @@ class RadixCache:
         if device_node is not node:
             device_node.last_access = now
             self._push_candidate(device_node)
-        st = self.stats
-        st.queried_tokens += total
-        st.matched_device_tokens += device_matched
-        st.matched_host_tokens += host_matched
+        if counted:
+            st = self.stats
+            st.queried_tokens += total
+            st.matched_device_tokens += device_matched
+            st.matched_host_tokens += host_matched
         return MatchResult(device_matched, host_matched, device_node, node, device_piece, last_piece)
 
     def _cut_to_page(self, node: _Node, matched: int, last_piece: int) -> tuple[_Node, int, int]:

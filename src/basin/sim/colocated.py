@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 
 from basin.catalog import DecodeProfile, Deployment, HardwareProfile, PrefillProfile
+from basin.errors import BasinInputError
 from basin.policy.base import EngineFigures
 from basin.sim.cache import MatchResult, RadixCache
 from basin.sim.cluster import DecodeFigures, PrefillFigures
@@ -90,6 +91,9 @@ class ColocatedInstance:
         self.decode_costs = DecodeCosts(decode)
         self.chunk_tokens: int = prefill.chunk_tokens
         self.step_overhead_s: float = prefill.step_overhead_s
+        self.frontend_s_per_prompt_token: float = prefill.frontend_s_per_prompt_token
+        #: Front-end time of calls submitted since the last step began, owed by the next one.
+        self.frontend_owed_s = 0.0
         self.page: int = cache.page
         self.max_running: int = max_running if max_running is not None else decode.max_running_requests
         self.queue: list[Queued] = []
@@ -125,6 +129,8 @@ class ColocatedInstance:
                 f"instance {self.index}: a prompt of {req.prompt} tokens (session {req.session}, call "
                 f"{req.call_index}) and its first output token exceed the {self.cache.device_capacity}-token pool")
         req.prefill = req.decode = self.index
+        if self.frontend_s_per_prompt_token > 0.0:
+            self.frontend_owed_s += req.prompt * self.frontend_s_per_prompt_token
         heappush(self.queue, Queued(queue_key(req, self.ordered), req))
         if not self.busy:
             self._start_step()
@@ -202,6 +208,9 @@ class ColocatedInstance:
             if decoding else self.step_overhead_s
         for req, take in chunks:
             step_s += self.prefill_costs.tokens_cost_s(take, req.position)
+        if self.frontend_owed_s > 0.0:
+            step_s += self.frontend_owed_s
+            self.frontend_owed_s = 0.0
         self.busy = True
         self.last_step_s = step_s
         if step_s > self.itl_slo_s:
@@ -430,6 +439,13 @@ class ColocatedCluster(EngineCore):
 
     def __init__(self, hardware: HardwareProfile, topology: ColocatedTopology, listener: CallListener, *,
                  hit_window_calls: int = 0):
+        if hardware.prefill.schedule_policy != "fcfs":
+            # vLLM's scheduler serves its waiting queue first-come (or by
+            # priority); it has no longest-prefix-match order to model.
+            raise BasinInputError(
+                f"schedule_policy '{hardware.prefill.schedule_policy}': a colocated deployment is a vLLM "
+                "server, whose scheduler has no longest-prefix-match order (it is SGLang's, for PD "
+                "deployments); set engine.schedule_policy to fcfs or leave it out")
         super().__init__(hardware, [RadixCache(topology.pool_tokens, 0, hardware.page_tokens)
                                     for _ in range(topology.instances)], listener, hit_window_calls)
         self.topology = topology

@@ -14,11 +14,40 @@ refused with :class:`~basin.sim.invariants.RequestNeverFits` instead of
 blocking the queue forever. A step costs a fixed overhead plus each chunk's
 compute, which grows with the chunk's position in its prompt (full-attention
 layers).
+
+The queue's order is the profile's ``schedule_policy``. ``fcfs`` (SGLang's
+default) serves it first-come, or by the sessions' priorities when a policy
+asks for them. ``lpm`` is SGLang's ``--schedule-policy lpm``, whose rules,
+read from ``python/sglang/srt/managers/schedule_policy.py``, are these:
+
+* Every round (each step here; SGLang's ``get_new_batch_prefill`` calls
+  ``SchedulePolicy.calc_priority`` before it admits anything), while at most
+  :data:`LPM_MAX_WAITING` requests wait, each waiting request is matched
+  against the radix tree (``_compute_prefix_matches``). The match refreshes
+  the LRU stamps along its path, as ``RadixCache.match_prefix`` does, so a
+  waiting request's prefix stays young; it locks nothing.
+* The queue is sorted by the matched tokens, device and host tiers together
+  (``num_matched_prefix_tokens``), the longest first
+  (``_sort_by_longest_prefix``). The sort is stable: ties keep their order
+  in the queue, which is first-come until a sort has reordered them.
+* In-batch prefix caching (``_compute_prefix_matches``): a request with at
+  most :data:`IN_BATCH_CHECK_TOKENS` tokens on the device that shares at
+  least :data:`IN_BATCH_DEPRIORITIZE_TOKENS` tokens with an earlier such
+  request of the same round goes last, so that one of them computes the
+  shared prefix and the others find it cached.
+* With more than :data:`LPM_MAX_WAITING` waiting the queue is neither
+  matched nor sorted (``_determine_active_policy``): it is served in the
+  order it stands in, that of the last sort with later arrivals behind it
+  first-come.
+* Session priorities are ignored: SGLang's LPM sort does not read them, nor
+  does its fallback (priorities apply only under ``fcfs``).
+* Decode memory lent as a cache tier (:class:`LowerTier`) is not the
+  engine's radix tree and does not count in the match.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from heapq import heapify, heappop, heappush
 from typing import Protocol
 
@@ -27,7 +56,40 @@ from basin.sim.cache import MatchResult, RadixCache
 from basin.sim.costs import PrefillCosts
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.invariants import InvariantViolation, RequestNeverFits, require
-from basin.sim.requests import Queued, Request, queue_key
+from basin.sim.requests import Piece, Queued, Request, queue_key
+
+#: LPM's cut-off: with more requests waiting than this SGLang neither matches
+#: nor sorts its queue (``SchedulePolicy._determine_active_policy``, a
+#: constant there: matching every waiting request each round is expensive).
+LPM_MAX_WAITING = 128
+#: In-batch prefix caching's two thresholds, SGLang's defaults
+#: (``IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD`` and
+#: ``IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD`` in schedule_policy.py):
+#: a request is checked when its device match is at most the first, and
+#: deprioritised when it shares at least the second with an earlier one.
+IN_BATCH_CHECK_TOKENS = 32
+IN_BATCH_DEPRIORITIZE_TOKENS = 32
+
+
+def lpm_order(matched_tokens: Sequence[int], deprioritized: Sequence[bool]) -> list[int]:
+    """The positions of waiting requests, given in the queue's current
+    order, in LPM's order: the most cached tokens first, deprioritised ones
+    last, ties in their current order (SGLang's sort is stable)."""
+    return sorted(range(len(matched_tokens)), key=lambda i: (deprioritized[i], -matched_tokens[i], i))
+
+
+def shared_prefix_tokens(a: Sequence[Piece], b: Sequence[Piece]) -> int:
+    """Tokens two prompt keys have in common from their start: pieces with
+    one chunk id hold the same tokens, so the keys agree up to the first
+    piece that differs in its chunk or ends earlier in one of them."""
+    shared = 0
+    for (chunk_a, n_a), (chunk_b, n_b) in zip(a, b, strict=False):
+        if chunk_a != chunk_b:
+            break
+        shared += min(n_a, n_b)
+        if n_a != n_b:
+            break
+    return shared
 
 
 class LowerTier(Protocol):
@@ -63,8 +125,13 @@ class PrefillInstance:
         # a generic attribute lookup, a read of these is a load.
         self.chunk_tokens: int = profile.chunk_tokens
         self.step_overhead_s: float = profile.step_overhead_s
+        self.frontend_s_per_prompt_token: float = profile.frontend_s_per_prompt_token
+        #: Front-end time of requests queued since the last step began, owed by the next one.
+        self.frontend_owed_s = 0.0
         self.load_tokens_per_s: float = profile.load_tokens_per_s
         self.lock_queued_prefix: bool = profile.lock_queued_prefix
+        #: SGLang's LPM orders the queue (see the module's docstring).
+        self.lpm: bool = profile.schedule_policy == "lpm"
         #: Bound once (compiled, a bound method made per step costs more than
         #: the step's bookkeeping); let go by :meth:`detach`.
         self._end_step_handler: Callable[[list[tuple[Request, int]]], None] = self._end_step
@@ -101,6 +168,8 @@ class PrefillInstance:
                 f"prefill {self.index}: a prompt of {req.prompt} tokens (session {req.session}, "
                 f"call {req.call_index}) exceeds the {self.cache.device_capacity}-token pool")
         req.prefill = self.index
+        if self.frontend_s_per_prompt_token > 0.0:
+            self.frontend_owed_s += req.prompt * self.frontend_s_per_prompt_token
         if self.lock_queued_prefix:
             m = self.cache.match(req.key, self.loop.now, req.route.cursor_on(self.cache), req.prompt)
             self.cache.lock(m)
@@ -112,10 +181,18 @@ class PrefillInstance:
             self._start_step()
 
     def _sort_key(self, req: Request) -> float:
+        if self.lpm:
+            # Behind every request a sort has placed (their keys are
+            # negative), first-come among themselves.
+            return float(req.seq)
         return queue_key(req, self.ordered)
 
     def set_ordered(self, ordered: bool) -> None:
         if ordered == self.ordered:
+            return
+        if self.lpm:
+            # LPM reads no priority: the queue keeps its order.
+            self.ordered = ordered
             return
         self.ordered = ordered
         self.queue = [Queued(self._sort_key(e.req), e.req) for e in self.queue]
@@ -147,6 +224,36 @@ class PrefillInstance:
         self.running.append(req)
         self.loads[self.index] += 1
         self.kick()
+
+    def _order_by_prefix(self, now: float) -> None:
+        """LPM's round: match every waiting request (refreshing its prefix's
+        LRU stamps, counting nothing in the cache's statistics) and re-key
+        the queue in LPM's order. The keys are the positions minus the
+        queue's length, all negative: a sorted list is a heap, and a request
+        queued later (key: its sequence number) goes behind them until the
+        next round places it."""
+        entries = sorted(self.queue)
+        cache = self.cache
+        matched: list[int] = []
+        deprioritized: list[bool] = []
+        checked: dict[Hashable, list[list[Piece]]] = {}
+        for entry in entries:
+            req = entry.req
+            m = cache.match(req.key, now, req.route.cursor_on(cache), req.prompt, False)
+            matched.append(min(m.total_tokens, req.prompt - 1))
+            late = False
+            if m.device_tokens <= IN_BATCH_CHECK_TOKENS and req.key:
+                peers = checked.setdefault(req.key[0][0], [])
+                for key in peers:
+                    if shared_prefix_tokens(req.key, key) >= IN_BATCH_DEPRIORITIZE_TOKENS:
+                        late = True
+                        break
+                if not late:
+                    peers.append(req.key)
+            deprioritized.append(late)
+        order = lpm_order(matched, deprioritized)
+        n = len(order)
+        self.queue = [Queued(float(rank - n), entries[i].req) for rank, i in enumerate(order)]
 
     # ----------------------------------------------------------------- steps
     def _begin(self, req: Request, now: float) -> bool:
@@ -222,6 +329,8 @@ class PrefillInstance:
         cost = 0.0
         load_s = 0.0
         plan: list[tuple[Request, int]] = []
+        if self.lpm and self.queue and len(self.queue) <= LPM_MAX_WAITING:
+            self._order_by_prefix(now)
         for req in self.running:
             take = min(req.remaining, budget)
             if take <= 0:
@@ -252,6 +361,9 @@ class PrefillInstance:
         for req, take in plan:
             cost += costs.tokens_cost_s(take, req.position)
         step_s = self.step_overhead_s + max(cost, load_s)
+        if self.frontend_owed_s > 0.0:
+            step_s += self.frontend_owed_s
+            self.frontend_owed_s = 0.0
         self.busy = True
         self.loop.at(now + step_s, ENGINE, self._end_step_handler, plan)
 

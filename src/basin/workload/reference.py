@@ -2,8 +2,9 @@
 
 One definition for the simulator and the real load client: its tool gaps plus,
 per call, the new suffix's prefill (after the reused prefix), the fixed
-overheads and the KV transfer, and batch-one decode of its output, all at the
-catalogue's calibrated costs of the deployment's hardware.
+overheads, the server's front end reading the whole prompt, the KV transfer
+and batch-one decode of its output, all at the catalogue's calibrated costs of
+the deployment's hardware.
 
 The per-call costs are computed for many sessions at once, as arrays (the
 profiles' cost methods take arrays), and each session's costs are then added
@@ -42,7 +43,8 @@ def unloaded_references_s(sessions: Sequence[Sequence[Call]], hardware: Hardware
     gap = np.fromiter(map(attrgetter("tool_gap_s"), flat), dtype=np.float64, count=n)
     pre, dec = hardware.prefill, hardware.decode
     terms = np.empty((len(flat), 3))
-    terms[:, 0] = pre.step_overhead_s + pre.tokens_cost_s(new, prompt - new) + hardware.transfer_s
+    terms[:, 0] = pre.step_overhead_s + pre.tokens_cost_s(new, prompt - new) + hardware.transfer_s \
+        + prompt * pre.frontend_s_per_prompt_token
     m = np.maximum(output - 1, 0)
     terms[:, 1] = m * dec.step_s(1, prompt + 1) + dec.step_per_context_token_s * m * (m - 1) / 2.0
     # A session's last call is followed by no tool gap (adding 0.0 changes no sum).
