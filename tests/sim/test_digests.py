@@ -57,12 +57,14 @@ def test_a_current_compiled_build_is_the_one_in_use():
 
 
 #: Colocated runs, which the stored cases do not cover, pinned as main gave
-#: them (commit b351573) while the colocated core was still pure Python only:
-#: it is compiled since it shares the PD core's base (basin.sim.core).
+#: them while the colocated core was still pure Python only (d35a36a; the
+#: first also at b351573, before the calibrated front-end cost changed
+#: real-trap-vllm's profile): it is compiled since it shares the PD core's
+#: base (basin.sim.core).
 COLOCATED = {
     ("trap-1p1d", "basin", ("deployment=1C-h100-nvl", "duration_min=30", "measure_end_min=20")):
         "08301cf3dc95d8e3809a",
-    ("real-trap-vllm", "hicache", ()): "42a7dfb4c4f7eed0e04f",
+    ("real-trap-vllm", "hicache", ()): "9bd53c5c8fa4a6f2a2b5",
 }
 
 
