@@ -20,14 +20,18 @@ import time
 UNIT_RATE_PER_MIN = 9.25
 
 
+def steady_overrides(deployment: str, units: int, duration_min: float) -> list[str]:
+    """``surge-1p3d``'s overrides for a steady run of ``units`` 1P3D units at half the critical load."""
+    return [f"deployment={deployment}", f"duration_min={duration_min}", f"measure_end_min={duration_min}",
+            "surge.factor=1.0", f"arrivals.base_per_min={UNIT_RATE_PER_MIN * units}",
+            f"workload.sessions={4000 * units}"]
+
+
 def cost_per_call_us(deployment: str, units: int, duration_min: float) -> tuple[float, int]:
     from basin.experiments.runner import run_scenario
     from basin.experiments.scenario import load_scenario
 
-    rate = UNIT_RATE_PER_MIN * units
-    overrides = [f"deployment={deployment}", f"duration_min={duration_min}", f"measure_end_min={duration_min}",
-                 "surge.factor=1.0", f"arrivals.base_per_min={rate}", f"workload.sessions={4000 * units}"]
-    scenario = load_scenario("surge-1p3d", overrides)
+    scenario = load_scenario("surge-1p3d", steady_overrides(deployment, units, duration_min))
     # Every case starts from a collected heap (not timed), so that none pays
     # for garbage an earlier one left: before a finished run was freed by
     # reference counting (Simulator.run), its state was cyclic garbage that

@@ -10,6 +10,7 @@ from basin.policy.basin import BasinParams, BasinPolicy, BasinPriorPolicy, Cliff
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
 from basin.sim.lending import LendingConfig
+from basin.sim.requests import Callbacks
 from basin.sim.sessions import SessionState
 from basin.workload.records import Call, Session
 
@@ -166,7 +167,7 @@ def test_lent_memory_never_takes_what_a_decode_allocation_needs():
     loop = EventLoop()
     reserved: list[int] = []
     dec = DecodeInstance(0, hw.decode.model_copy(update={"kv_tokens": 100_000}), 0.05, loop,
-                         lambda r: reserved.append(r.session), lambda r: None)
+                         lambda r: reserved.append(r.session), Callbacks())
     dec.lend(LendingConfig(cap_fraction=0.5))
     assert dec.lending is not None and dec.lending.adopt(7, 40_000, dec.free_beyond_demand())
     assert dec.lending.adopt(8, 40_000, dec.free_beyond_demand()) is False  # over the cap

@@ -12,6 +12,7 @@ from basin.policy.params import PolicyParamError
 from basin.policy.registry import policy_class
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
+from basin.sim.requests import Callbacks
 from basin.sim.sessions import SessionState
 from basin.workload.records import Call, Session
 from policy_helpers import info, signals
@@ -229,7 +230,7 @@ def _decode_with(prompts_prios: list[tuple[int, float]], kv_tokens: int, ordered
     loop = EventLoop()
     hw = load_hardware("h100-nvl")
     profile = hw.decode.model_copy(update={"kv_tokens": kv_tokens, "reserve_output_tokens": 16})
-    dec = DecodeInstance(0, profile, hw.itl_slo_s, loop, lambda r: None, lambda r: None)
+    dec = DecodeInstance(0, profile, hw.itl_slo_s, loop, lambda r: None, Callbacks())
     dec.set_ordered(ordered)
     session = Session("x", (Call(1000, 1000, 5000),))
     reqs = []

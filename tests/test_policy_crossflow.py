@@ -16,7 +16,7 @@ from basin.sim.cache import RadixCache
 from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
 from basin.sim.prefill import PrefillInstance
-from basin.sim.requests import Request
+from basin.sim.requests import Callbacks, Request
 from basin.sim.sessions import SessionState
 from basin.workload.records import Call, Session
 from test_sim_engine import CheckedSimulator, config, make_arrivals, make_sessions
@@ -26,7 +26,7 @@ HW = load_hardware("h200")
 
 def _borrower(**kw) -> PrefillBorrower:
     loop = EventLoop()
-    dec = DecodeInstance(0, HW.decode, HW.itl_slo_s, loop, lambda r: None, lambda r: None)
+    dec = DecodeInstance(0, HW.decode, HW.itl_slo_s, loop, lambda r: None, Callbacks())
     return PrefillBorrower(dec, HW.prefill, BorrowConfig(itl_slo_s=HW.itl_slo_s, **kw), loop, [])
 
 
@@ -97,8 +97,7 @@ class _Bench:
         self.loop = EventLoop()
         self.done: list[Request] = []
         self.pre = PrefillInstance(0, HW.prefill, RadixCache(10**7), self.loop, self._prefilled)
-        self.dec = DecodeInstance(0, HW.decode, HW.itl_slo_s, self.loop, self._reserved,
-                                  lambda r: None)
+        self.dec = DecodeInstance(0, HW.decode, HW.itl_slo_s, self.loop, self._reserved, Callbacks())
         self.borrowing = attach_borrowing([self.dec], [self.pre], HW.prefill, HW.itl_slo_s, self.loop,
                                           {"margin": slo_margin})
         self.reqs = []

@@ -16,7 +16,7 @@ from basin.sim.decode import DecodeInstance
 from basin.sim.engine import Intervention, SimConfig, Simulator
 from basin.sim.events import EventLoop
 from basin.sim.prefill import PrefillInstance
-from basin.sim.requests import Request, shared_pieces
+from basin.sim.requests import Callbacks, Request, shared_pieces
 from basin.sim.sessions import SessionState
 from basin.workload.arrivals import SessionArrival
 from basin.workload.records import Call, Session
@@ -170,7 +170,7 @@ def test_priority_order_is_held_in_the_decode_memory_queue():
     hw = load_hardware("h100-nvl")
     reserved: list[int] = []
     dec = DecodeInstance(0, hw.decode.model_copy(update={"kv_tokens": 15_000}), 0.05, loop,
-                         lambda r: reserved.append(r.session), lambda r: None)
+                         lambda r: reserved.append(r.session), Callbacks())
     session = Session("x", (Call(9000, 9000, 10),))
     blocker_state = SessionState(100, session, "base", 0.0, 0, None)
     blocker = blocker_state.request(0, [], 0, 0.0)
@@ -211,7 +211,7 @@ def test_closed_form_decode_matches_step_by_step_reference():
     loop = EventLoop()
     finished: dict[int, float] = {}
     dec = DecodeInstance(0, hw.decode, hw.itl_slo_s, loop, lambda r: None,
-                         lambda r: finished.__setitem__(r.session, loop.now))
+                         Callbacks(on_finished=lambda r: finished.__setitem__(r.session, loop.now)))
     prompts = [1000, 30_000, 5000, 80_000, 200]
     outputs = [50, 300, 1, 120, 700]
     session = Session("x", (Call(100, 100, 10),))
@@ -402,12 +402,14 @@ def test_run_scenario_gives_back_the_garbage_collector_as_it_found_it():
         gc.set_threshold(*before)
 
 
-@pytest.mark.parametrize("system", ["hicache", "basin", "continuum", "crossflow"])
-def test_a_finished_run_is_freed_by_reference_counting(system):
+@pytest.mark.parametrize(("system", "deployment"), [
+    *[(system, "1p1d-h100") for system in ("hicache", "basin", "continuum", "crossflow")],
+    ("hicache", "1C-h100-nvl"), ("basin", "1C-h100-nvl")])  # the colocated core too
+def test_a_finished_run_is_freed_by_reference_counting(system, deployment):
     # References in a run point one way (requests name their session and
     # instances by number, the instances report to the engine core, the
-    # core to the simulator through two callbacks; the run's end stops the
-    # core and detaches the driver), so when the simulator goes, reference
+    # core to the simulator as its listener; the run's end stops the core
+    # and detaches the driver), so when the simulator goes, reference
     # counting frees all it built, its configuration and arrivals included:
     # a collection afterwards finds only a few objects of fixed number (the
     # loop's timers and the tournaments' nodes, which link to each other).
@@ -418,8 +420,8 @@ def test_a_finished_run_is_freed_by_reference_counting(system):
 
     def garbage(drop: bool) -> Counter[str]:
         gc.collect()
-        sim = Simulator(config(make_arrivals(sessions, 8.0, 1200.0, seed=6), duration_s=1200.0),
-                        policy_class(system)())
+        sim = Simulator(config(make_arrivals(sessions, 8.0, 1200.0, seed=6), duration_s=1200.0,
+                               deployment=deployment), policy_class(system)())
         result = sim.run()
         kept = [] if drop else [sim]
         del sim
@@ -436,7 +438,8 @@ def test_a_finished_run_is_freed_by_reference_counting(system):
     assert sum(garbage(False).values()) < 100  # a simulator still held holds all it built
     freed = garbage(True)
     state = ("Simulator", "SimConfig", "SessionArrival", "Cluster", "PrefillInstance", "DecodeInstance",
-             "RadixCache", "_Node", "_Candidate", "Request", "Route", "SessionState", "KeyCursor", "MatchResult")
+             "ColocatedCluster", "ColocatedInstance", "RadixCache", "_Node", "_Candidate", "Request", "Route",
+             "SessionState", "KeyCursor", "MatchResult")
     assert not any(freed[t] for t in state), freed
     assert sum(freed.values()) < 100, freed
 
@@ -448,5 +451,7 @@ def test_a_finished_simulator_refuses_to_go_on():
     with pytest.raises(RuntimeError, match="detached"):
         sim.driver.host.admitted(1)
     with pytest.raises(RuntimeError, match="stopped"):
-        sim.cluster.decodes[0].on_finished(sim.sessions[0].request(0, [], 1, 0.0))
+        sim.cluster.decodes[0].listener.finished(sim.sessions[0].request(0, [], 1, 0.0))
+    with pytest.raises(RuntimeError, match="stopped"):
+        sim.cluster.listener.finished(sim.sessions[0].request(0, [], 1, 0.0))
     assert sim.loop.pending == 0

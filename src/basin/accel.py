@@ -30,7 +30,7 @@ _PACKAGE = Path(__file__).resolve().parent
 #: do the policies: a compiled class cannot subclass an interpreted one.
 COMPILED_MODULES = tuple(f"basin.sim.{name}" for name in (
     "tournament", "events", "costs", "cache", "requests", "sessions", "lending", "prefill", "decode", "borrow",
-    "router", "cluster", "recorder", "engine")) + ("basin.policy.driver",)
+    "router", "core", "cluster", "colocated", "recorder", "engine")) + ("basin.policy.driver",)
 
 #: The digest of the compiled modules' sources, written at build time.
 DIGEST_FILE = _PACKAGE / "compiled.sha256"

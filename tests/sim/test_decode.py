@@ -13,6 +13,7 @@ from basin.sim.decode import DecodeInstance
 from basin.sim.events import EventLoop
 from basin.sim.invariants import InvariantViolation, RequestNeverFits
 from basin.sim.lending import LendingConfig
+from basin.sim.requests import Callbacks
 
 from .helpers import HW, request
 
@@ -25,7 +26,7 @@ class Bench:
         self.finished: list = []
         prof = HW.decode.model_copy(update={"kv_tokens": kv_tokens, "reserve_output_tokens": reserve, **profile})
         self.dec = DecodeInstance(0, prof, HW.itl_slo_s if slo is None else slo, self.loop,
-                                  self._reserved, self._finished)
+                                  self._reserved, Callbacks(on_finished=self._finished))
 
     def _reserved(self, req) -> None:
         self.loop.at(self.loop.now, 0, self.dec.join, req)
@@ -207,7 +208,7 @@ def test_the_room_the_router_reads_is_current_whenever_it_reads():
 
     reserved, finished = bench._reserved, bench._finished
     dec.on_reserved = lambda r: (current(r), reserved(r))
-    dec.on_finished = lambda r: (current(r), finished(r))
+    dec.listener = Callbacks(on_finished=lambda r: (current(r), finished(r)))
     units = dec.lend(LendingConfig(cap_fraction=0.5))
     assert units.adopt(99, 300, dec.free_beyond_demand())
     assert dec.room_stale and dec.room.current() == [2000 - 300]
@@ -235,7 +236,7 @@ def test_the_room_the_router_reads_is_current_whenever_it_reads():
 
 def test_idle_reservations_are_accounted_until_the_join():
     loop = EventLoop()
-    dec = DecodeInstance(0, HW.decode, HW.itl_slo_s, loop, lambda r: None, lambda r: None)
+    dec = DecodeInstance(0, HW.decode, HW.itl_slo_s, loop, lambda r: None, Callbacks())
     r = request(1, 1000, output=20)
     dec.request_memory(r)
     assert dec.used == dec.reserved_idle == 1000 + HW.decode.reserve_output_tokens
@@ -273,13 +274,13 @@ def test_a_retracted_request_decodes_all_its_steps_after_rejoining():
     bench = Bench()
     a, b = request(1, 500, output=600), request(2, 500, output=1000)
     ran_after_join = {}
-    finished = bench.dec.on_finished
+    finished = bench._finished
 
     def on_finished(req):
         ran_after_join[req.seq] = bench.dec.step - req.join_step
         finished(req)
 
-    bench.dec.on_finished = on_finished
+    bench.dec.listener = Callbacks(on_finished=on_finished)
     bench.submit(a, b)
     while not (b.retractions and b in bench.dec.batch):
         bench.loop.run(bench.loop.now + 0.05)

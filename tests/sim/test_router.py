@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from basin.sim.decode import DecodeInstance, DecodeRoom
 from basin.sim.events import EventLoop
 from basin.sim.prefill import PrefillInstance
+from basin.sim.requests import Callbacks
 from basin.sim.router import BALANCE_ABS_REQUESTS, choose_decode, choose_prefill
 
 from .helpers import HW, prefills, request
@@ -111,7 +112,7 @@ def test_least_loaded_picks_the_smallest_token_backlog():
 
 def _decode(index: int, room: DecodeRoom) -> DecodeInstance:
     return DecodeInstance(index, HW.decode.model_copy(update={"kv_tokens": 10_000}), HW.itl_slo_s, EventLoop(),
-                          lambda r: None, lambda r: None, room)
+                          lambda r: None, Callbacks(), room)
 
 
 def test_decode_goes_to_the_most_free_memory_net_of_waiting_requests():

@@ -22,7 +22,7 @@ from basin.sim.prefill import (
     lpm_order,
     shared_prefix_tokens,
 )
-from basin.sim.requests import Request
+from basin.sim.requests import Callbacks, Request
 
 from .helpers import HW, request
 
@@ -246,8 +246,7 @@ def test_a_colocated_deployment_refuses_lpm():
     dep = Deployment(name="1C", hardware="h200", prefill_instances=1, decode_instances=1, host_ratio=0.0,
                      topology="colocated")
     with pytest.raises(BasinInputError, match="schedule_policy 'lpm'.*fcfs"):
-        ColocatedCluster(hw, ColocatedTopology.of(dep, hw), on_first_token=lambda r: None,
-                         on_finished=lambda r: None)
+        ColocatedCluster(hw, ColocatedTopology.of(dep, hw), Callbacks())
 
 
 def test_the_profile_field_names_the_values_allowed():

@@ -29,7 +29,7 @@ from basin.catalog import Deployment, HardwareProfile
 from basin.emulate.calls import ChatCall, RequestError, affinity_uid
 from basin.sim.cluster import Cluster, DecodeFigures, PDTopology, PrefillFigures
 from basin.sim.colocated import ColocatedCluster, ColocatedTopology
-from basin.sim.requests import Piece, Request
+from basin.sim.requests import Callbacks, Piece, Request
 
 __all__ = ["HIT_WINDOW_CALLS", "DecodeFigures", "EmulatedCall", "EmulatedEngine", "LendingState", "PrefillFigures"]
 
@@ -90,13 +90,12 @@ class EmulatedEngine:
         self.hardware = hardware
         self.deployment = deployment
         self.cluster: Cluster | ColocatedCluster
+        listener = Callbacks(self._first_token, self._finished)
         if deployment.topology == "colocated":
-            self.cluster = ColocatedCluster(hardware, ColocatedTopology.of(deployment, hardware),
-                                            on_first_token=self._first_token, on_finished=self._finished,
+            self.cluster = ColocatedCluster(hardware, ColocatedTopology.of(deployment, hardware), listener,
                                             hit_window_calls=HIT_WINDOW_CALLS)
         else:
-            self.cluster = Cluster(hardware, PDTopology.of(deployment, hardware), on_first_token=self._first_token,
-                                   on_finished=self._finished,
+            self.cluster = Cluster(hardware, PDTopology.of(deployment, hardware), listener,
                                    reserve_at_prefill_completion=reserve_at_prefill_completion,
                                    hit_window_calls=HIT_WINDOW_CALLS)
         # The engine runs with priority scheduling on: equal priorities keep arrival order.

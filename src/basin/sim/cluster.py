@@ -32,21 +32,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 from basin.catalog import CacheCapacity, Deployment, HardwareProfile, cache_capacity
 from basin.policy.base import EngineFigures
 from basin.sim.borrow import Borrowing, attach_borrowing
 from basin.sim.cache import MatchResult, RadixCache
+from basin.sim.core import EngineCore, stopped
 from basin.sim.decode import DecodeInstance, DecodeRoom
-from basin.sim.events import ENGINE, EventLoop
+from basin.sim.events import ENGINE
 from basin.sim.invariants import InvariantViolation
 from basin.sim.lending import LendingConfig, LentMemory, LentTier
 from basin.sim.prefill import PrefillInstance
-from basin.sim.requests import Piece, Request, Route
+from basin.sim.requests import CallListener, Piece, Request, Route
 from basin.sim.router import choose_decode, choose_prefill
 
 
@@ -101,25 +101,22 @@ class DecodeFigures:
     lent_tokens: int
 
 
-def stopped(*_: object) -> NoReturn:
-    """What a stopped core's instances report to (see Cluster.stop)."""
-    raise RuntimeError("the engine was stopped: its run is over")
+class _LendFirst(CallListener):
+    """What a decode instance's finishes go to while lending is wired in:
+    the core, which may keep the prompt as a lent unit before its owner
+    hears (let go by the instance's detach)."""
+
+    def __init__(self, core: Cluster) -> None:
+        self.core = core
+
+    def finished(self, req: Request) -> None:
+        self.core._lent_finish(req)
 
 
-def recent_hit_rate(recent: Iterable[tuple[int, int]]) -> float:
-    """Cached share of the prompt tokens of an instance's last calls ``(prompt, hit)`` (0 before any)."""
-    asked = hit = 0
-    for prompt, cached in recent:
-        asked += prompt
-        hit += cached
-    return hit / asked if asked else 0.0
-
-
-class Cluster:
+class Cluster(EngineCore):
     """The engine core of one deployment (see the module's docstring)."""
 
-    def __init__(self, hardware: HardwareProfile, topology: PDTopology, *,
-                 on_first_token: Callable[[Request], None], on_finished: Callable[[Request], None],
+    def __init__(self, hardware: HardwareProfile, topology: PDTopology, listener: CallListener, *,
                  borrowing: Mapping[str, Any] | None = None, reserve_at_prefill_completion: bool = False,
                  hit_window_calls: int = 0):
         """``borrowing``: decode instances run prefill chunks under an ITL
@@ -127,27 +124,24 @@ class Cluster:
         wired in now or never. ``hit_window_calls``: keep each prefill
         instance's last calls for :attr:`PrefillFigures.recent_hit_rate` (0:
         none kept, the rate reads 0)."""
-        self.hardware = hardware
-        self.topology = topology
-        self.loop = EventLoop()
-        self.on_first_token = on_first_token
-        self.on_finished = on_finished
         cap = topology.cache
         pre = hardware.prefill
+        super().__init__(hardware, [
+            RadixCache(cap.gpu_tokens_per_instance, cap.host_tokens_per_instance, hardware.page_tokens,
+                       pre.state_slots, pre.load_threshold_tokens)
+            for _ in range(topology.prefill_instances)
+        ], listener, hit_window_calls)
+        self.topology = topology
         #: What the routers read of each instance (PrefillInstance.loads, DecodeRoom).
         self.prefill_loads = [0] * topology.prefill_instances
-        self.prefills = [
-            PrefillInstance(i, pre, RadixCache(cap.gpu_tokens_per_instance, cap.host_tokens_per_instance,
-                                               hardware.page_tokens, pre.state_slots, pre.load_threshold_tokens),
-                            self.loop, self._prefill_done, self.prefill_loads)
-            for i in range(topology.prefill_instances)
-        ]
+        self.prefills = [PrefillInstance(i, pre, cache, self.loop, self._prefill_done, self.prefill_loads)
+                         for i, cache in enumerate(self.caches)]
         self.decode_room = DecodeRoom(topology.decode_instances)
         # A finish goes straight to the owner until lending is wired in
         # (wire_lending puts the core's own handler in between).
         self.decodes = [
             DecodeInstance(i, hardware.decode, hardware.itl_slo_s, self.loop, self._decode_reserved,
-                           on_finished, self.decode_room)
+                           listener, self.decode_room)
             for i in range(topology.decode_instances)
         ]
         self.borrowing: Borrowing | None = None
@@ -163,7 +157,6 @@ class Cluster:
         #: The route of each session holding a lent unit (as of the call that left it).
         self._unit_routes: dict[int, Route] = {}
         self._sweep_at = 64
-        self._seq = 0
         # Read on every call: the (interpreted) profile's and topology's
         # fields held as the core's own.
         self._transfer_s: float = hardware.transfer_s
@@ -177,36 +170,13 @@ class Cluster:
         self.cached_tokens_total = 0
         self.loaded_tokens_total = 0
         self.uncached_tokens_total = 0
-        #: Each prefill instance's last calls (prompt, cache hits), when kept.
-        self._recent: list[deque[tuple[int, int]]] = (
-            [deque(maxlen=hit_window_calls) for _ in self.prefills] if hit_window_calls > 0 else [])
 
-    # ------------------------------------------------------------------ time
-    @property
-    def now(self) -> float:
-        return self.loop.now
-
-    def advance(self, sim_s: float) -> None:
-        """Run up to simulated time ``sim_s`` (never backwards)."""
-        self.loop.run(max(sim_s, self.loop.now))
-
-    @property
-    def next_due_s(self) -> float | None:
-        """When the core next has something to do (a wall-clock driver sleeps until then)."""
-        return self.loop.next_event_s
-
-    def stop(self) -> None:
-        """End the run: pending events and timers are dropped, and the
-        instances let go of the core's handlers and the core of its owner's
-        callbacks. The state stays readable; any further call raises."""
-        self.loop.discard_pending()
+    def _let_go(self) -> None:
         self.decode_room.best()  # its stale list emptied: the room keeps no instance
         for p in self.prefills:
             p.detach(stopped)
         for d in self.decodes:
             d.detach(stopped)
-        self.on_first_token = stopped
-        self.on_finished = stopped
         self._transferred_handler = stopped
         self._prefill_holds_handler = stopped
 
@@ -217,12 +187,8 @@ class Cluster:
         and token counts; ``priority`` orders it in ordered queues (lower
         first). ``route`` is what the engine keeps of the session between
         calls (a fresh one when not given: the call is on its own)."""
-        r = route if route is not None else Route(session)
-        r.take_key(key)
-        self._seq += 1
-        req = Request(session, r, call_index, key, self._seq, self.loop.now, prompt_tokens, new_tokens,
-                      output_tokens)
-        req.prio = priority
+        req = self._request(session, key, prompt_tokens, new_tokens, output_tokens, priority, route, call_index)
+        r = req.route
         prefill = choose_prefill(self._router, self.prefills, self.prefill_loads, req)
         index = prefill.index
         r.last_prefill = index
@@ -253,22 +219,7 @@ class Cluster:
         for d in self.decodes:
             d.set_ordered(on)
 
-    def preload(self, route: Route, key: list[Piece], last_touch_s: float) -> None:
-        """Cache ``key`` as the session's context at ``last_touch_s`` (a warm
-        start), on the prefill instance its uid picks."""
-        route.take_key(key)
-        home = self.prefills[route.uid % len(self.prefills)]
-        route.placed_on |= 1 << home.index
-        route.keep_cursor(home.cache, home.cache.insert(key, last_touch_s, 0))
-
     # ------------------------------------------------------------ TTL pins
-    def pin(self, req: Request) -> MatchResult:
-        """Lock the prompt of a finished call in its prefill cache; :meth:`unpin` releases it."""
-        cache = self.prefills[req.prefill].cache
-        m = cache.match(req.key, self.loop.now, req.route.cursor_for(req.key, cache), req.prompt)
-        cache.lock(m)
-        return m
-
     def unpin(self, prefill: int, pin: MatchResult) -> None:
         instance = self.prefills[prefill]
         instance.cache.unlock(pin)
@@ -298,8 +249,7 @@ class Cluster:
         prefill = self.prefills[req.prefill]
         prefill.prompt_tokens_total += req.prompt
         prefill.hit_tokens_total += hit
-        if self._recent:
-            self._recent[req.prefill].append((req.prompt, hit))
+        self._note_hit(req.prefill, req.prompt, hit)
         decode = self.decodes[req.decode]
         if not req.reserved:
             # Issued while decode memory is reserved at prefill completion
@@ -317,13 +267,13 @@ class Cluster:
         if math.isnan(req.first_token_s):
             req.first_token_s = now
             self.prefills[req.prefill].release(req, now)
-            self.on_first_token(req)
+            self.listener.first_token(req)
         decode.join(req)
 
     def _lent_finish(self, req: Request) -> None:
         """A finish while lending is wired in: the prompt may be lent first."""
         self._lend(req)
-        self.on_finished(req)
+        self.listener.finished(req)
 
     # -------------------------------------------------------------- lending
     def wire_lending(self, cap_fraction: float) -> None:
@@ -334,10 +284,11 @@ class Cluster:
         self.lend_cap_fraction = cap_fraction
         config = LendingConfig(cap_fraction=cap_fraction)
         memories: list[LentMemory] = []
+        finishes = _LendFirst(self)
         for d in self.decodes:
             memories.append(d.lend(config))
             d.held_by_prefill = self._prefill_holds_handler
-            d.on_finished = self._lent_finish
+            d.listener = finishes
         self.lent_tier = LentTier(memories, config)
         for p in self.prefills:
             p.lower_tiers.append(self.lent_tier)
@@ -460,10 +411,6 @@ class Cluster:
     def decode_kv_tokens(self) -> int:
         return sum(d.capacity for d in self.decodes)
 
-    def cache_stats(self) -> list[dict[str, int]]:
-        """Each prefill instance's cache counters (a run's ``cache_stats``)."""
-        return [dataclasses.asdict(p.cache.stats) for p in self.prefills]
-
     def prefill_figures(self) -> list[PrefillFigures]:
         out = []
         for p in self.prefills:
@@ -474,7 +421,7 @@ class Cluster:
                 pool_used_fraction=min(1.0, (c.device_used + c.inflight) / c.device_capacity),
                 host_tokens=c.host_capacity, prompt_tokens_total=p.prompt_tokens_total,
                 cached_tokens_total=p.hit_tokens_total,
-                recent_hit_rate=recent_hit_rate(self._recent[p.index] if self._recent else ())))
+                recent_hit_rate=self.recent_hit_rate(p.index)))
         return out
 
     def decode_figures(self) -> list[DecodeFigures]:

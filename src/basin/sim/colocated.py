@@ -53,9 +53,7 @@ counters leave out the recomputation after a preemption).
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
@@ -64,11 +62,12 @@ from basin.catalog import DecodeProfile, Deployment, HardwareProfile, PrefillPro
 from basin.errors import BasinInputError
 from basin.policy.base import EngineFigures
 from basin.sim.cache import MatchResult, RadixCache
-from basin.sim.cluster import DecodeFigures, PrefillFigures, recent_hit_rate, stopped
+from basin.sim.cluster import DecodeFigures, PrefillFigures
+from basin.sim.core import EngineCore, stopped
 from basin.sim.costs import DecodeCosts, PrefillCosts
 from basin.sim.events import ENGINE, EventLoop
 from basin.sim.invariants import InvariantViolation, RequestNeverFits, require
-from basin.sim.requests import Piece, Queued, Request, Route, queue_key
+from basin.sim.requests import Callbacks, CallListener, Piece, Queued, Request, Route, queue_key
 
 #: What one step does: the requests that decode a token, and the prefill
 #: chunks ``(request, tokens)``.
@@ -79,16 +78,15 @@ class ColocatedInstance:
     """One colocated server (see the module's docstring for its rules)."""
 
     def __init__(self, index: int, prefill: PrefillProfile, decode: DecodeProfile, cache: RadixCache,
-                 loop: EventLoop, on_first_token: Callable[[Request], None],
-                 on_finished: Callable[[Request], None], *, max_running: int | None = None,
+                 loop: EventLoop, listener: CallListener, *, max_running: int | None = None,
                  itl_slo_s: float = math.inf):
         if cache.host_capacity:
             raise ValueError("a colocated instance's pool has no host tier")
         self.index = index
         self.cache = cache
         self.loop = loop
-        self.on_first_token = on_first_token
-        self.on_finished = on_finished
+        #: Hears of each call's first token and finish.
+        self.listener = listener
         self.prefill_costs = PrefillCosts(prefill)
         self.decode_costs = DecodeCosts(decode)
         self.chunk_tokens: int = prefill.chunk_tokens
@@ -114,6 +112,13 @@ class ColocatedInstance:
         #: A decode step longer than this counts as an ITL violation for each request it decodes.
         self.itl_slo_s = itl_slo_s
         self.last_step_s = 0.0
+
+    def detach(self, handler: Callable[..., None]) -> None:
+        """Let go of the listener and of the handler bound to itself
+        (``handler`` replaces both): the end of a run, after which nothing
+        may be due here."""
+        self.listener = Callbacks(handler, handler)
+        self._end_step_handler = handler
 
     # ----------------------------------------------------------------- calls
     def submit(self, req: Request) -> None:
@@ -164,7 +169,11 @@ class ColocatedInstance:
         chunks: list[tuple[Request, int]] = []
         preempted = False
         for req in list(self.running):
-            if req.match is None:  # preempted earlier in this step
+            # Preempted earlier in this step. (Read into a name: a narrowed
+            # ``req.match`` would stay narrowed past ``_grow`` below, which
+            # may clear it, and the compiled build checks narrowed reads.)
+            held = req.match
+            if held is None:
                 continue
             if budget <= 0:
                 break
@@ -313,7 +322,7 @@ class ColocatedInstance:
                 req.prefill_end_s = now
                 req.generated = 1
                 req.first_token_s = now
-                self.on_first_token(req)
+                self.listener.first_token(req)
                 if req.output <= 1:
                     done.append(req)
         for req in done:
@@ -351,7 +360,7 @@ class ColocatedInstance:
         req.alloc = req.reserved = 0
         req.finished_s = now
         self.running.remove(req)
-        self.on_finished(req)
+        self.listener.finished(req)
 
     def _refuse_head_that_never_fits(self) -> None:
         """Nothing runs and the head cannot be admitted: every unlocked page
@@ -406,7 +415,21 @@ class ColocatedTopology:
         return cls(deployment.prefill_instances, hardware.prefill.prefix_cache_tokens)
 
 
-class ColocatedCluster:
+class _HitFirst(CallListener):
+    """What a colocated server reports to: its core (first tokens count in
+    the hit window), then the core's owner (let go by the server's detach)."""
+
+    def __init__(self, core: ColocatedCluster) -> None:
+        self.core = core
+
+    def first_token(self, req: Request) -> None:
+        self.core._first_token(req)
+
+    def finished(self, req: Request) -> None:
+        self.core.listener.finished(req)
+
+
+class ColocatedCluster(EngineCore):
     """The engine core (:class:`basin.sim.cluster.Cluster`'s calls) over
     colocated servers. What PD needs an engine change for is how a colocated
     server works anyway: no decode memory is reserved ahead, idle KV is the
@@ -414,8 +437,7 @@ class ColocatedCluster:
     reservation at prefill completion and prefill borrowing are accepted and
     change nothing."""
 
-    def __init__(self, hardware: HardwareProfile, topology: ColocatedTopology, *,
-                 on_first_token: Callable[[Request], None], on_finished: Callable[[Request], None],
+    def __init__(self, hardware: HardwareProfile, topology: ColocatedTopology, listener: CallListener, *,
                  hit_window_calls: int = 0):
         if hardware.prefill.schedule_policy != "fcfs":
             # vLLM's scheduler serves its waiting queue first-come (or by
@@ -424,53 +446,31 @@ class ColocatedCluster:
                 f"schedule_policy '{hardware.prefill.schedule_policy}': a colocated deployment is a vLLM "
                 "server, whose scheduler has no longest-prefix-match order (it is SGLang's, for PD "
                 "deployments); set engine.schedule_policy to fcfs or leave it out")
-        self.hardware = hardware
+        super().__init__(hardware, [RadixCache(topology.pool_tokens, 0, hardware.page_tokens)
+                                    for _ in range(topology.instances)], listener, hit_window_calls)
         self.topology = topology
-        self.loop = EventLoop()
-        self.on_first_token = on_first_token
-        self.on_finished = on_finished
+        reports = _HitFirst(self)
         self.instances = [
-            ColocatedInstance(i, hardware.prefill, hardware.decode,
-                              RadixCache(topology.pool_tokens, 0, hardware.page_tokens), self.loop,
-                              self._first_token, self._finished, itl_slo_s=hardware.itl_slo_s)
-            for i in range(topology.instances)
+            ColocatedInstance(i, hardware.prefill, hardware.decode, cache, self.loop, reports,
+                              itl_slo_s=hardware.itl_slo_s)
+            for i, cache in enumerate(self.caches)
         ]
         self.reserve_at_completion = True
-        self.lent_tier = None
+        self.lent_tier: None = None
         self.lending_on = False
         self.lend_cap_fraction = 0.0
-        self._seq = 0
-        self._recent: list[deque[tuple[int, int]]] = (
-            [deque(maxlen=hit_window_calls) for _ in self.instances] if hit_window_calls > 0 else [])
 
-    # ------------------------------------------------------------------ time
-    @property
-    def now(self) -> float:
-        return self.loop.now
-
-    def advance(self, sim_s: float) -> None:
-        self.loop.run(max(sim_s, self.loop.now))
-
-    @property
-    def next_due_s(self) -> float | None:
-        return self.loop.next_event_s
-
-    def stop(self) -> None:
-        self.loop.discard_pending()
+    def _let_go(self) -> None:
         for inst in self.instances:
-            inst.on_first_token = inst.on_finished = stopped
-        self.on_first_token = self.on_finished = stopped
+            inst.detach(stopped)
 
     # ----------------------------------------------------------------- calls
     def submit(self, session: int, key: list[Piece], prompt_tokens: int, new_tokens: int, output_tokens: int,
                priority: float | None, *, route: Route | None = None, call_index: int = 0) -> Request:
-        if route is None:
-            route = Route(session)
-        route.take_key(key)
-        self._seq += 1
-        req = Request(session, route, call_index, key, self._seq, self.loop.now, prompt_tokens, new_tokens,
-                      output_tokens)
-        req.prio = priority
+        """As :meth:`basin.sim.cluster.Cluster.submit`: the call goes to its
+        session's server, a session's first to the least loaded."""
+        req = self._request(session, key, prompt_tokens, new_tokens, output_tokens, priority, route, call_index)
+        route = req.route
         home = route.last_prefill
         if home < 0:
             home = min(range(len(self.instances)),
@@ -487,19 +487,11 @@ class ColocatedCluster:
         for inst in self.instances:
             inst.set_ordered(on)
 
-    def preload(self, route: Route, key: list[Piece], last_touch_s: float) -> None:
-        """A warm start: ``key`` cached on the session's server."""
-        route.take_key(key)
-        home = self.instances[route.uid % len(self.instances)]
-        route.last_prefill = home.index
-        route.placed_on |= 1 << home.index
-        route.keep_cursor(home.cache, home.cache.insert(key, last_touch_s, 0))
-
-    def pin(self, req: Request) -> MatchResult:
-        cache = self.instances[req.prefill].cache
-        m = cache.match(req.key, self.loop.now, req.route.cursor_for(req.key, cache), req.prompt)
-        cache.lock(m)
-        return m
+    def preload(self, route: Route, key: list[Piece], last_touch_s: float) -> int:
+        """A warm start, whose server is then the session's."""
+        home = super().preload(route, key, last_touch_s)
+        route.last_prefill = home
+        return home
 
     def unpin(self, instance: int, pin: MatchResult) -> None:
         inst = self.instances[instance]
@@ -525,12 +517,9 @@ class ColocatedCluster:
         return None
 
     def _first_token(self, req: Request) -> None:
-        if self._recent:
-            self._recent[req.prefill].append((req.prompt, req.cached))
-        self.on_first_token(req)
-
-    def _finished(self, req: Request) -> None:
-        self.on_finished(req)
+        """A first token counts in the hit window before the owner hears of it."""
+        self._note_hit(req.prefill, req.prompt, req.cached)
+        self.listener.first_token(req)
 
     # =============================================================== figures
     def prefill_totals(self) -> tuple[int, int, int, int]:
@@ -589,7 +578,7 @@ class ColocatedCluster:
                 pool_tokens=i.cache.device_capacity,
                 pool_used_fraction=min(1.0, i.held_tokens / i.cache.device_capacity),
                 host_tokens=0, prompt_tokens_total=i.prompt_tokens_total, cached_tokens_total=i.cached_tokens_total,
-                recent_hit_rate=recent_hit_rate(self._recent[i.index] if self._recent else ())))
+                recent_hit_rate=self.recent_hit_rate(i.index)))
         return out
 
     def decode_figures(self) -> list[DecodeFigures]:
@@ -599,10 +588,6 @@ class ColocatedCluster:
                               kv_tokens=i.cache.device_capacity,
                               kv_used_fraction=min(1.0, i.held_tokens / i.cache.device_capacity), lent_tokens=0)
                 for i in self.instances]
-
-    def cache_stats(self) -> list[dict[str, int]]:
-        """Each server's pool counters (a run's ``cache_stats``)."""
-        return [dataclasses.asdict(i.cache.stats) for i in self.instances]
 
     def generated_tokens(self, req: Request) -> int:
         if not math.isnan(req.finished_s):

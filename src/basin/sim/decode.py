@@ -37,7 +37,7 @@ from basin.sim.costs import DecodeCosts
 from basin.sim.events import EventLoop
 from basin.sim.invariants import RequestNeverFits, require
 from basin.sim.lending import LendingConfig, LentMemory
-from basin.sim.requests import Queued, Request, queue_key
+from basin.sim.requests import Callbacks, CallListener, Queued, Request, queue_key
 from basin.sim.tournament import Entrant, Tournament
 
 _INF: Final = math.inf
@@ -134,8 +134,9 @@ class Lease:
 
 class DecodeInstance:
     def __init__(self, index: int, profile: DecodeProfile, itl_slo_s: float, loop: EventLoop,
-                 on_reserved: Callable[[Request], None],
-                 on_finished: Callable[[Request], None], room: DecodeRoom | None = None):
+                 on_reserved: Callable[[Request], None], listener: CallListener,
+                 room: DecodeRoom | None = None):
+        """``listener`` hears of each finish (its first token is the engine's to report)."""
         # What a refresh of the router's view reads (DecodeRoom.best) comes
         # first: compiled, attributes lie in the order they are first set, so
         # these share a cache line or two.
@@ -158,7 +159,7 @@ class DecodeInstance:
         self.itl_slo_s = itl_slo_s
         self.loop = loop
         self.on_reserved = on_reserved
-        self.on_finished = on_finished
+        self.listener = listener
         self.reserve_out = profile.reserve_output_tokens
         self.max_running: int = profile.max_running_requests
         self.reserved_idle = 0
@@ -191,10 +192,10 @@ class DecodeInstance:
         self.room_changed()
 
     def detach(self, handler: Callable[..., None]) -> None:
-        """Let go of the owner's handlers (``handler`` replaces both) and of
-        the one its lent memory holds of it: the end of a run."""
+        """Let go of the owner's handler and listener (``handler`` replaces
+        both) and of the one its lent memory holds of it: the end of a run."""
         self.on_reserved = handler
-        self.on_finished = handler
+        self.listener = Callbacks(handler, handler)
         self.held_by_prefill = _holds_nothing
         if self.lending is not None:
             self.lending.on_change = None
@@ -412,7 +413,7 @@ class DecodeInstance:
         self.room_changed()  # again: the borrower's step may have had the view read
         for req in finished:
             req.finished_s = now
-            self.on_finished(req)
+            self.listener.finished(req)
         if finished:
             self.admit_waiting()
         self._schedule()

@@ -36,7 +36,7 @@ from basin.sim.cluster import Cluster, PDTopology
 from basin.sim.colocated import ColocatedCluster, ColocatedTopology
 from basin.sim.events import CLIENT, CONTROL, SAMPLE
 from basin.sim.recorder import Recorder
-from basin.sim.requests import Request
+from basin.sim.requests import CallListener, Request
 from basin.sim.sessions import SessionState
 from basin.sim.streams import WARM_START, stream
 from basin.workload.arrivals import SessionArrival
@@ -97,7 +97,9 @@ def _ended(*_: object) -> NoReturn:
     raise RuntimeError("the run is over")
 
 
-class Simulator:
+class Simulator(CallListener):
+    """Closed-loop sessions under a policy on an engine core, whose calls it hears of as its listener."""
+
     def __init__(self, config: SimConfig, policy: Policy,
                  on_sample: Callable[[Simulator, int], None] | None = None):
         """``on_sample`` is called after each simulated minute is recorded
@@ -111,11 +113,9 @@ class Simulator:
         borrowing = needs.decode_prefill_borrowing
         self.cluster: Cluster | ColocatedCluster
         if config.deployment.topology == "colocated":
-            self.cluster = ColocatedCluster(hw, ColocatedTopology.of(config.deployment, hw),
-                                            on_first_token=self.recorder.first_token, on_finished=self._call_finished)
+            self.cluster = ColocatedCluster(hw, ColocatedTopology.of(config.deployment, hw), self)
         else:
-            self.cluster = Cluster(hw, PDTopology.of(config.deployment, hw), on_first_token=self.recorder.first_token,
-                                   on_finished=self._call_finished,
+            self.cluster = Cluster(hw, PDTopology.of(config.deployment, hw), self,
                                    borrowing=dataclasses.asdict(borrowing) if borrowing is not None else None)
         self.loop = self.cluster.loop
         self.needs = needs
@@ -294,7 +294,10 @@ class Simulator:
         req.last = k + 1 >= len(s.calls)
         s.inflight = req
 
-    def _call_finished(self, req: Request) -> None:
+    def first_token(self, req: Request) -> None:
+        self.recorder.first_token(req)
+
+    def finished(self, req: Request) -> None:
         now = self.loop.now
         s = self.sessions[req.session]
         s.inflight = None

@@ -7,7 +7,8 @@ that issued it. What the engine keeps of a session between its calls (the
 key of its latest prompt, where it was placed, where walks of its key ended
 in each cache) is a :class:`Route`, owned by whoever keeps the session (the
 simulator's client) or made afresh per call (the emulator, which sees calls,
-not sessions).
+not sessions). What hears of a call's first token and finish is a
+:class:`CallListener`.
 
 Prompt keys are lists of pieces ``(chunk_id, n_tokens)`` (see
 :mod:`basin.sim.cache`); a session's own chunks have int ids
@@ -18,7 +19,7 @@ block hashes) tuples.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from basin.sim.cache import KeyCursor, MatchResult, RadixCache
 
@@ -188,3 +189,39 @@ class Request:
         #: No call of its session follows (its last, or the session ended
         #: while it ran): its prompt is not kept in lent decode memory.
         self.last = False
+
+
+class CallListener:
+    """What hears of calls: each one's first token and its finish (an
+    engine core's owner; a decode instance's owner, or its core while the
+    core lends).
+
+    A native class, so that the reports are direct calls where the listener
+    is compiled too (the simulator); a function held as an attribute is a
+    generic call, about 75 instructions more each. Interpreted code (the
+    emulator, tests) gives its functions to :class:`Callbacks`."""
+
+    def first_token(self, req: Request) -> None:
+        raise NotImplementedError
+
+    def finished(self, req: Request) -> None:
+        raise NotImplementedError
+
+
+def _unheard(req: Request) -> None:
+    """A report that no one listens to."""
+
+
+class Callbacks(CallListener):
+    """A listener made of two functions (a report left out is not heard)."""
+
+    def __init__(self, on_first_token: Callable[[Request], None] = _unheard,
+                 on_finished: Callable[[Request], None] = _unheard) -> None:
+        self.on_first_token = on_first_token
+        self.on_finished = on_finished
+
+    def first_token(self, req: Request) -> None:
+        self.on_first_token(req)
+
+    def finished(self, req: Request) -> None:
+        self.on_finished(req)
