@@ -185,19 +185,34 @@ class RunKind:
     name: str
     policy: str
     sets: tuple[str, ...]
+    #: BASIN's parameters, NAME=VALUE, for the gateway and the simulation alike.
+    params: tuple[str, ...] = ()
 
 
-def run_kinds(scenario: dict) -> dict[str, RunKind]:
+def run_kinds(scenario: dict, growth: float) -> dict[str, RunKind]:
+    """The four runs; ``growth`` is BASIN's peak growth factor (:func:`peak_growth`)."""
     end_min = scenario["surge"]["end_min"]
     return {
         "no-surge": RunKind("no-surge", "hicache", ("surge.factor=1.0",)),
         "surge": RunKind("surge", "hicache", ()),
         "removal": RunKind("removal", "hicache",
                            (f"interventions=[{{at_min: {end_min}, terminate_tag: burst}}]",)),
-        # The gateway never knows a session's workload, so it predicts peaks by growth;
-        # the simulated BASIN is given the same predictor.
-        "basin": RunKind("basin", "basin", ("policy_params.predictor=growth:1.5",)),
+        # The gateway sees only a session's first call, so it predicts the peak
+        # by a growth factor; the simulated BASIN is given the same predictor.
+        "basin": RunKind("basin", "basin", (), (f"predictor=growth:{growth:.3g}",)),
     }
+
+
+def peak_growth(scenario: dict) -> float:
+    """The scenario's sessions' median largest prompt over their first
+    (``basin workload stats``' ``peak_over_first_prompt_p50``): the growth
+    factor a first-call predictor needs, read from the trace, not tuned."""
+    from basin.experiments.runner import build_workload
+    from basin.experiments.scenario import WorkloadSpec
+    from basin.workload.stats import workload_stats
+
+    workload = build_workload(WorkloadSpec.model_validate(scenario["workload"]), int(scenario["seed"]))
+    return workload_stats(workload).peak_over_first_prompt_p50
 
 
 def _manifest() -> dict:
@@ -259,7 +274,8 @@ def real_run(kind: RunKind, seed: int, args: argparse.Namespace, spec: dict, blo
               "--listen", f"127.0.0.1:{gateway_port}",
               "--cache-tokens", str(blocks * spec["serve"]["block_size_tokens"])]
         if kind.policy == "basin":
-            gw += ["--profile", str(args.basin_profile), *sum((["--param", p] for p in args.basin_param), [])]
+            gw += ["--profile", str(args.basin_profile),
+                   *sum((["--param", p] for p in [*kind.params, *args.basin_param]), [])]
         with gateway_log.open("wb") as log:
             gateway = subprocess.Popen(gw, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         _wait_ready(gateway, gateway_url, "/healthz", 60.0, "basin gateway", gateway_log)
@@ -287,7 +303,7 @@ def sim_sets(kind: RunKind, args: argparse.Namespace) -> list[str]:
     sets = [*args.set, *kind.sets]
     if kind.policy == "basin":
         sets += [f"policy_params.profile={Path(args.basin_profile).resolve()}",
-                 *(f"policy_params.{p}" for p in args.basin_param)]
+                 *(f"policy_params.{p}" for p in [*kind.params, *args.basin_param])]
     return sets
 
 
@@ -405,7 +421,7 @@ def main(argv: list[str]) -> int:
 
     if not args.report_only:
         scenario = _scenario(args.scenario, args.set)
-        kinds = run_kinds(scenario)
+        kinds = run_kinds(scenario, peak_growth(scenario) if "basin" in args.runs else 1.0)
         if args.basin_profile is None:
             args.basin_profile = scenario_profile_path(scenario["name"])
         if "basin" in args.runs and not args.basin_profile.is_file():
@@ -433,7 +449,8 @@ def main(argv: list[str]) -> int:
                 _say(f"{name} seed {seed}: simulation")
                 sim_run(kinds[name], seed, args, folder)
                 record = {"run": name, "seed": seed, "policy": kinds[name].policy,
-                          "sets": [*args.set, *kinds[name].sets], "kv_blocks": blocks,
+                          "sets": [*args.set, *kinds[name].sets], "params": list(kinds[name].params),
+                          "kv_blocks": blocks,
                           "wall_s": round(time.time() - started, 1), "cpu": cpu_summary(folder / "cpu.csv")}
                 (folder / "run.json").write_text(json.dumps(record, indent=1) + "\n")
     write_report(args.out, table_rows(args.out, args.runs, args.seeds))

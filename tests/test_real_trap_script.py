@@ -33,7 +33,7 @@ def script() -> ModuleType:
 
 def test_the_four_runs_are_the_papers(script):
     scenario = {"surge": {"start_min": 3.75, "end_min": 6.25, "factor": 2.0}}
-    kinds = script.run_kinds(scenario)
+    kinds = script.run_kinds(scenario, 22.4)
     assert list(kinds) == ["no-surge", "surge", "removal", "basin"]
     assert kinds["no-surge"].sets == ("surge.factor=1.0",)
     assert kinds["surge"].sets == () and kinds["surge"].policy == "hicache"
@@ -42,8 +42,17 @@ def test_the_four_runs_are_the_papers(script):
     removal = load_scenario("trap-1p1d", list(kinds["removal"].sets))
     assert [(iv.at_min, iv.terminate_tag) for iv in removal.interventions] == [(6.25, "burst")]
     # The gateway predicts peaks by growth; the simulated BASIN gets the same predictor.
-    basin = load_scenario("trap-1p1d", list(kinds["basin"].sets))
-    assert basin.policy_params["predictor"] == "growth:1.5"
+    assert kinds["basin"].params == ("predictor=growth:22.4",) and kinds["basin"].sets == ()
+
+
+def test_basins_growth_factor_is_read_from_the_scenarios_sessions(script):
+    import json as _json
+
+    shown = subprocess.run([sys.executable, "-m", "basin", "scenario", "show", "real-trap-vllm", "--json"],
+                           capture_output=True, text=True, cwd=ROOT, check=True)
+    growth = script.peak_growth(_json.loads(shown.stdout))
+    # Terminal-Bench sessions reach about 22 times their first prompt (the median); scaling keeps the ratio.
+    assert 15 < growth < 30
 
 
 def test_the_cpu_record_tells_a_busy_process_from_an_idle_one(script, tmp_path):
@@ -96,10 +105,10 @@ def test_the_basin_run_refuses_to_start_without_its_cliff_profile(tmp_path):
 def test_the_simulated_basin_runs_the_gateways_profile_and_parameters(script, tmp_path):
     import argparse
 
-    kinds = script.run_kinds({"surge": {"end_min": 6.25}})
+    kinds = script.run_kinds({"surge": {"end_min": 6.25}}, 22.4)
     args = argparse.Namespace(set=["seed=1"], basin_profile=tmp_path / "p.yaml", basin_param=["reserve=0.2"])
     assert script.sim_sets(kinds["basin"], args) == [
-        "seed=1", "policy_params.predictor=growth:1.5", f"policy_params.profile={tmp_path / 'p.yaml'}",
+        "seed=1", f"policy_params.profile={tmp_path / 'p.yaml'}", "policy_params.predictor=growth:22.4",
         "policy_params.reserve=0.2"]
     assert script.sim_sets(kinds["surge"], args) == ["seed=1"]
     # By default both sides read the scenario's own profile.

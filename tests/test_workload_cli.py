@@ -110,7 +110,7 @@ def test_stats_json_has_exactly_the_documented_keys(capsys: pytest.CaptureFixtur
     assert list(stats) == [
         "sessions", "calls", "calls_per_session_p50", "calls_per_session_p90", "prompt_tokens_p50",
         "prompt_tokens_p90", "reuse_fraction", "output_tokens_p50", "tool_gap_s_p50", "tool_gap_s_p90",
-        "peak_context_p50", "peak_context_p90",
+        "peak_context_p50", "peak_context_p90", "peak_over_first_prompt_p50",
     ]
     assert (stats["sessions"], stats["calls"]) == (2321, 3993)
 

@@ -11,7 +11,7 @@ from basin.workload.stats import workload_stats
 KEYS = [
     "sessions", "calls", "calls_per_session_p50", "calls_per_session_p90", "prompt_tokens_p50",
     "prompt_tokens_p90", "reuse_fraction", "output_tokens_p50", "tool_gap_s_p50", "tool_gap_s_p90",
-    "peak_context_p50", "peak_context_p90",
+    "peak_context_p50", "peak_context_p90", "peak_over_first_prompt_p50",
 ]
 
 
@@ -30,6 +30,8 @@ def test_definitions_on_a_hand_made_workload() -> None:
     assert (st.tool_gap_s_p50, st.tool_gap_s_p90) == (2.0, pytest.approx(2.8))
     # peak context is a session's largest prompt
     assert (st.peak_context_p50, st.peak_context_p90) == (125.0, pytest.approx(185.0))
+    # s0 grows to twice its first prompt, s1 never grows
+    assert st.peak_over_first_prompt_p50 == 1.5
 
 
 def test_one_call_sessions_have_no_gaps_and_no_reuse() -> None:

@@ -44,6 +44,9 @@ class WorkloadStats:
     tool_gap_s_p90: float | None
     peak_context_p50: float
     peak_context_p90: float
+    #: A session's largest prompt over its first: how far a predictor that
+    #: sees only the first call must let it grow (a growth factor's source).
+    peak_over_first_prompt_p50: float
 
     def to_dict(self) -> dict[str, float | int | None]:
         """The fields as a JSON-ready dict, keys named as the fields."""
@@ -76,4 +79,6 @@ def workload_stats(w: Workload) -> WorkloadStats:
         tool_gap_s_p90=_pct(gaps, 90),
         peak_context_p50=float(np.percentile(peaks, 50)),
         peak_context_p90=float(np.percentile(peaks, 90)),
+        peak_over_first_prompt_p50=float(np.median([p / max(s.calls[0].prompt_tokens, 1)
+                                                    for p, s in zip(peaks, w.sessions)])),
     )
