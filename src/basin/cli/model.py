@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from basin.cli.options import parse_jobs, parse_seeds
+from basin.cli.options import parse_jobs, parse_seeds, refuse_scenario_shadowed
 from basin.cli.outputs import check_out_dir, check_out_file
 from basin.errors import BasinInputError
 
@@ -58,8 +58,7 @@ def _resolve(scenario: Optional[str], set_: Optional[list[str]], deployment: Opt
         if deployment is not None or workload is not None:
             raise BasinInputError("--scenario takes the deployment and workload from the scenario file; "
                                   "change them with --set deployment=... or --set workload.name=...")
-        # Flags the scenario itself sets: refused rather than ignored.
-        shadowed = [(flag, key) for flag, key, given in (
+        refuse_scenario_shadowed((
             ("--surge-factor", "surge.factor", surge_factor is not None),
             ("--surge-start", "surge.start_min", surge_start != SURGE_START_DEFAULT),
             ("--surge-end", "surge.end_min", surge_end != SURGE_END_DEFAULT),
@@ -67,11 +66,7 @@ def _resolve(scenario: Optional[str], set_: Optional[list[str]], deployment: Opt
             ("--sessions", "workload.sessions", sessions is not None),
             ("--tool-time", "workload.tool_time", tool_time != 1.0),
             ("--output-scale", "workload.output", output != 1.0),
-            ("--prompt-scale", "workload.prompt", prompt != 1.0)) if given]
-        if shadowed:
-            flag, key = shadowed[0]
-            raise BasinInputError(f"{flag} does not apply beside --scenario, which sets it; "
-                                  f"use --set {key}=VALUE instead")
+            ("--prompt-scale", "workload.prompt", prompt != 1.0)))
         sc = load_scenario(scenario, list(set_ or []))
         if sc.arrivals.burst_workload is not None:
             _err.print("[yellow]note:[/] the fluid model treats the surge's burst sessions as sessions of the "

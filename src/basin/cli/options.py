@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from basin.errors import BasinInputError
 
 
@@ -14,6 +16,15 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     if not seeds:
         raise BasinInputError("--seeds: give at least one seed, e.g. --seeds 0,1,2")
     return seeds
+
+
+def refuse_scenario_shadowed(flags: Sequence[tuple[str, str, bool]]) -> None:
+    """Flags a scenario itself sets, ``(flag, its --set key, given)``:
+    the first one given is refused rather than silently ignored."""
+    for flag, key, given in flags:
+        if given:
+            raise BasinInputError(f"{flag} does not apply beside --scenario, which sets it; "
+                                  f"use --set {key}=VALUE instead")
 
 
 def parse_jobs(jobs: int | None, flag: str = "--jobs") -> int | None:

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from basin.cli.options import parse_jobs
+from basin.cli.options import parse_jobs, refuse_scenario_shadowed
 from basin.errors import BasinInputError
 from basin.paths import IN_CHECKOUT
 
@@ -156,16 +156,11 @@ def _target(deployment: str | None, scenario: str | None, set_: list[str] | None
         if deployment is None:
             raise BasinInputError("give a deployment (e.g. basin profile 1p1d-h100) or --scenario NAME")
         return _Target(deployment, router, host_ratio, workload)
-    # Flags the scenario sets are refused rather than silently ignored.
-    shadowed = [(flag, key) for flag, key, given in (
+    refuse_scenario_shadowed((
         ("DEPLOYMENT", "deployment", deployment is not None),
         ("--workload", "workload.name", workload != DEFAULT_WORKLOAD),
         ("--router", "router", router is not None),
-        ("--host-ratio", "host_ratio", host_ratio is not None)) if given]
-    if shadowed:
-        flag, key = shadowed[0]
-        raise BasinInputError(f"{flag} does not apply beside --scenario, which sets it; "
-                              f"use --set {key}=VALUE instead")
+        ("--host-ratio", "host_ratio", host_ratio is not None)))
     sc = load_scenario(scenario, list(set_ or []))
     return _Target(sc.deployment, sc.router, sc.host_ratio, sc.workload, scenario_profile_path(sc.name))
 
